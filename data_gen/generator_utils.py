@@ -1,0 +1,269 @@
+"""Sharding, atomic TFRecord writing, parallel-text reading and vocab helpers.
+
+Mirrors T2T's `data_generators/generator_utils.py` naming: shard files are
+`<name>-<split>-00000-of-00100`; examples are first written round-robin to
+`<name>-unshuffled-<split>-…` files, then each shard is shuffled in memory and
+written under its final name. Every file is written under a temporary name and
+renamed with `os.replace`, so a killed run never leaves a file that looks done.
+"""
+
+import os
+import random
+import tempfile
+import time
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+PAD_ID = 0
+EOS_ID = 1
+# Suffix of files being written; never matched by a shard file pattern.
+TMP_SUFFIX = ".incomplete"
+
+Progress = Optional[Callable[[str, int, Optional[int]], None]]
+
+
+def sharded_name(base_name: str, shard: int, total_shards: int) -> str:
+  """T2T shard naming: `base-00003-of-00100`."""
+  return "%s-%05d-of-%05d" % (base_name, shard, total_shards)
+
+
+def shard_filepaths(data_dir: str, problem_name: str, split: str, num_shards: int,
+                    shuffled: bool = True) -> List[str]:
+  """Paths of the `num_shards` shard files of one split of a problem."""
+  if num_shards < 1:
+    raise ValueError("num_shards must be >= 1, got %r" % (num_shards,))
+  tag = split if shuffled else "unshuffled-" + split
+  base = os.path.join(data_dir, "%s-%s" % (problem_name, tag))
+  return [sharded_name(base, i, num_shards) for i in range(num_shards)]
+
+
+def to_example(features: Dict[str, Sequence[int]]) -> tf.train.Example:
+  """Builds a `tf.train.Example` with one int64 list feature per key."""
+  feature = {}
+  for key, values in features.items():
+    values = list(values)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+      raise ValueError("feature %r must hold Python ints, got %r" % (key, values[:10]))
+    feature[key] = tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+  return tf.train.Example(features=tf.train.Features(feature=feature))
+
+
+def _tmp_path(path: str) -> str:
+  return "%s.%d%s" % (path, os.getpid(), TMP_SUFFIX)
+
+
+def write_text_atomic(path: str, lines: Iterable[str]) -> int:
+  """Writes `lines` (one per line) to `path` via a temporary file; returns count."""
+  tmp = _tmp_path(path)
+  count = 0
+  try:
+    with open(tmp, "w", encoding="utf-8") as f:
+      for line in lines:
+        f.write(line + "\n")
+        count += 1
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+  return count
+
+
+def write_tfrecords_atomic(path: str, records: Iterable[bytes]) -> int:
+  """Writes serialized records to `path` via a temporary file; returns count."""
+  tmp = _tmp_path(path)
+  count = 0
+  try:
+    with tf.io.TFRecordWriter(tmp) as writer:
+      for record in records:
+        writer.write(record)
+        count += 1
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+  return count
+
+
+def generate_files(examples: Iterable[Dict[str, Sequence[int]]], output_paths: Sequence[str],
+                   max_cases: Optional[int] = None, progress: Progress = None,
+                   progress_every: int = 10000, stage: str = "") -> int:
+  """Round-robins examples over `output_paths` (T2T `generate_files`).
+
+  Files are renamed to their final names only after the generator is exhausted.
+
+  Returns:
+    The number of examples written.
+  """
+  tmp_paths = [_tmp_path(p) for p in output_paths]
+  writers = [tf.io.TFRecordWriter(p) for p in tmp_paths]
+  count = 0
+  try:
+    for example in examples:
+      if max_cases is not None and count >= max_cases:
+        break
+      writers[count % len(writers)].write(to_example(example).SerializeToString())
+      count += 1
+      if progress is not None and count % progress_every == 0:
+        progress(stage, count, max_cases)
+    for w in writers:
+      w.close()
+    for tmp, final in zip(tmp_paths, output_paths):
+      os.replace(tmp, final)
+  finally:
+    for w in writers:
+      w.close()
+    for tmp in tmp_paths:
+      if os.path.exists(tmp):
+        os.remove(tmp)
+  if progress is not None:
+    progress(stage, count, count)
+  return count
+
+
+def shuffle_shards(unshuffled_paths: Sequence[str], final_paths: Sequence[str],
+                   random_seed: int) -> None:
+  """Shuffles each shard in memory, writes it under its final name (T2T `shuffle_dataset`).
+
+  The shard at position i uses seed `random_seed + i`, so reruns are reproducible.
+  """
+  for i, (src, dst) in enumerate(zip(unshuffled_paths, final_paths)):
+    records = [r.numpy() for r in tf.data.TFRecordDataset(src)]
+    random.Random(random_seed + i).shuffle(records)
+    write_tfrecords_atomic(dst, records)
+    os.remove(src)
+
+
+def shard_stats(paths: Sequence[str]) -> Dict[str, int]:
+  """Counts examples and int64 ids per feature over TFRecord shards.
+
+  Returns:
+    {"examples": n, "inputs_tokens": n, "targets_tokens": n} (EOS included).
+  """
+  spec = {"inputs": tf.io.RaggedFeature(tf.int64), "targets": tf.io.RaggedFeature(tf.int64)}
+  stats = {"examples": 0, "inputs_tokens": 0, "targets_tokens": 0}
+  if not paths:
+    return stats
+  ds = tf.data.TFRecordDataset(list(paths)).batch(4096).map(
+      lambda s: tf.io.parse_example(s, spec))
+  for batch in ds:
+    stats["examples"] += int(batch["targets"].nrows())
+    stats["inputs_tokens"] += int(tf.size(batch["inputs"].flat_values))
+    stats["targets_tokens"] += int(tf.size(batch["targets"].flat_values))
+  return stats
+
+
+def read_text_lines(path: str, name: str = "file") -> Iterator[Tuple[int, str]]:
+  """Yields (1-based line number, line without newline) of a UTF-8 text file.
+
+  Raises:
+    ValueError: naming file and line on invalid UTF-8; if the file is missing.
+  """
+  if not os.path.isfile(path):
+    raise ValueError("%s %r does not exist or is not a file" % (name, path))
+  with open(path, "rb") as f:
+    for number, raw in enumerate(f, start=1):
+      try:
+        line = raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise ValueError("%s %r line %d is not valid UTF-8 (%s); re-encode the file as UTF-8"
+                         % (name, path, number, e.reason)) from None
+      yield number, line.rstrip("\r\n")
+
+
+def read_parallel_lines(source_path: str, target_path: str,
+                        names: Tuple[str, str] = ("source", "target")) -> Iterator[Tuple[str, str]]:
+  """Yields aligned (source, target) lines of two parallel text files.
+
+  Raises:
+    ValueError: naming file and line for an empty file, an empty line,
+      invalid UTF-8, or files with different line counts.
+  """
+  src_iter = read_text_lines(source_path, names[0])
+  tgt_iter = read_text_lines(target_path, names[1])
+  count = 0
+  for src, tgt in _zip_strict(src_iter, tgt_iter, source_path, target_path, names):
+    count += 1
+    for (number, text), path, name in ((src, source_path, names[0]),
+                                       (tgt, target_path, names[1])):
+      if not text.strip():
+        raise ValueError("%s %r line %d is empty; parallel files need text on every line"
+                         % (name, path, number))
+    yield src[1].strip(), tgt[1].strip()
+  if count == 0:
+    raise ValueError("%s %r is empty; give a file with one sentence per line"
+                     % (names[0], source_path))
+
+
+def _zip_strict(a, b, path_a, path_b, names):
+  while True:
+    x = next(a, None)
+    y = next(b, None)
+    if x is None and y is None:
+      return
+    if x is None or y is None:
+      longer, shorter = (names[1], path_b) if x is None else (names[0], path_a)
+      line = (y if x is None else x)[0]
+      short_name, short_path = (names[0], path_a) if x is None else (names[1], path_b)
+      raise ValueError(
+          "misaligned parallel files: %s %r has a line %d but %s %r ends after line %d; "
+          "both files must have the same number of lines"
+          % (longer, shorter, line, short_name, short_path, line - 1))
+    yield x, y
+
+
+def file_lines_for_vocab(path: str, byte_budget: float = 1e6) -> Iterator[str]:
+  """About `byte_budget` bytes of evenly spaced lines of one text file.
+
+  Like T2T's `generate_lines_for_vocab`, but the stride is chosen so the sample
+  spans the whole file (T2T's spans roughly its first half).
+  """
+  stride = max(1, int(os.path.getsize(path) // max(1.0, byte_budget)))
+  budget = byte_budget
+  for number, line in read_text_lines(path):
+    if (number - 1) % stride:
+      continue
+    line = line.strip()
+    if line:
+      budget -= len(line.encode("utf-8"))
+      yield line
+    if budget <= 0:
+      return
+
+
+def generate_lines_for_vocab(paths: Sequence[str], file_byte_budget: float = 1e6) -> Iterator[str]:
+  """≈`file_byte_budget` bytes of evenly spaced lines from each file in `paths`."""
+  for path in paths:
+    yield from file_lines_for_vocab(path, file_byte_budget)
+
+
+def get_or_generate_vocab(data_dir: str, vocab_filename: str, approx_vocab_size: int,
+                          text_iterator: Callable[[], Iterable[str]],
+                          max_subtoken_length: Optional[int] = None,
+                          reserved_tokens: Optional[List[str]] = None):
+  """Loads `data_dir/vocab_filename` or builds a SubwordTextEncoder and stores it.
+
+  `text_iterator` is only called when the vocab has to be built.
+
+  Returns:
+    (encoder, seconds spent building; 0.0 when loaded).
+  """
+  from data_gen import text_encoder, tokenizer  # pylint: disable=g-import-not-at-top
+  path = os.path.join(data_dir, vocab_filename)
+  if os.path.exists(path):
+    return text_encoder.SubwordTextEncoder(path), 0.0
+  start = time.time()
+  token_counts = tokenizer.corpus_token_counts(text_iterator())
+  encoder = text_encoder.SubwordTextEncoder.build_to_target_size(
+      approx_vocab_size, token_counts, 1, 1e3, max_subtoken_length=max_subtoken_length,
+      reserved_tokens=reserved_tokens)
+  fd, tmp = tempfile.mkstemp(prefix=vocab_filename + ".", suffix=TMP_SUFFIX, dir=data_dir)
+  os.close(fd)
+  try:
+    encoder.store_to_file(tmp)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+  return encoder, time.time() - start
+

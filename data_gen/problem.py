@@ -1,0 +1,259 @@
+"""Problem base classes: T2T's `Problem` / `Text2TextProblem` contract.
+
+A problem turns raw text pairs into a vocabulary plus sharded TFRecords of
+`tf.train.Example` with int64 `inputs` and `targets` (each ending in EOS=1):
+
+  data_dir/vocab.<name>.<size>.subwords
+  data_dir/<name>-train-00000-of-00100 … , <name>-dev-00000-of-00001 [, -test-…]
+  data_dir/<name>.dev.<lang>, <name>.test.<lang>   plain text for scoring a decoder
+
+`generate_data` is idempotent: a split whose final shards and text files all
+exist is skipped, the vocab is reused when present.
+"""
+
+import os
+import time
+from typing import Any, Dict, Iterator, List, Optional
+
+from data_gen import generator_utils
+
+
+class DatasetSplit:
+  """T2T split names (also the middle part of shard file names)."""
+  TRAIN = "train"
+  EVAL = "dev"
+  TEST = "test"
+
+
+class SpaceID:
+  """T2T's input/target space ids (`problem.SpaceID`), used by the target-space embedding."""
+  GENERIC = 0
+  IMAGE_LABEL = 1
+  EN_CHR = 2
+  EN_TOK = 3
+  EN_BPE_TOK = 4
+  FR_CHR = 5
+  FR_TOK = 6
+  DE_CHR = 7
+  DE_TOK = 8
+  DE_BPE_TOK = 9
+  DIGIT_0 = 10
+  DIGIT_1 = 11
+  AUDIO_WAV = 12
+  AUDIO_SPECTRAL = 13
+  PARSE_CHR = 14
+  PARSE_TOK = 15
+
+
+class Problem:
+  """Base class; subclasses are registered with `registry.register_problem`."""
+
+  # Set by `register_problem`; the T2T snake_case name of the class.
+  registered_name: Optional[str] = None
+
+  @property
+  def name(self) -> str:
+    if self.registered_name is None:
+      raise ValueError("problem class %s is not registered; decorate it with "
+                       "@register_problem" % type(self).__name__)
+    return self.registered_name
+
+  @classmethod
+  def restore(cls, data_dir: Optional[str]) -> "Problem":
+    """Instance used when the problem is looked up by name (with a data_dir)."""
+    del data_dir
+    return cls()
+
+  def generate_data(self, data_dir: str, tmp_dir: str, **kwargs) -> Dict[str, Any]:
+    raise NotImplementedError
+
+  def filepattern(self, data_dir: str, split: str) -> str:
+    """Glob of the final shard files of `split` (T2T `Problem.filepattern`)."""
+    _check_split(split)
+    return os.path.join(data_dir, "%s-%s*" % (self.name, split))
+
+
+def _check_split(split: str) -> None:
+  if split not in (DatasetSplit.TRAIN, DatasetSplit.EVAL, DatasetSplit.TEST):
+    raise ValueError("split must be 'train', 'dev' or 'test', got %r" % (split,))
+
+
+class Text2TextProblem(Problem):
+  """Text → text problem with a SubwordTextEncoder vocabulary (shared by default).
+
+  Subclasses implement `generate_samples`; they may override `approx_vocab_size`,
+  `share_vocab`, `has_test_split`, `source_lang`/`target_lang` and the space ids.
+  """
+
+  approx_vocab_size: int = 2**15
+  share_vocab: bool = True
+  has_test_split: bool = False
+  max_subtoken_length: Optional[int] = 200
+  additional_reserved_tokens: List[str] = []
+  input_space_id: int = SpaceID.GENERIC
+  target_space_id: int = SpaceID.GENERIC
+  source_lang: str = "inputs"
+  target_lang: str = "targets"
+  batch_size_means_tokens: bool = True
+
+  # ---- subclass interface -------------------------------------------------
+  def generate_samples(self, data_dir: str, tmp_dir: str, split: str) -> Iterator[Dict[str, str]]:
+    """Yields {"inputs": str, "targets": str} for `split` (raw text)."""
+    raise NotImplementedError
+
+  def generate_text_for_vocab(self, data_dir: str, tmp_dir: str,
+                              side: Optional[str] = None) -> Iterator[str]:
+    """Text the vocabulary is built from: training inputs and targets.
+
+    `side` ("inputs"/"targets") restricts it to one side for separate vocabs.
+    """
+    for sample in self.generate_samples(data_dir, tmp_dir, DatasetSplit.TRAIN):
+      for key in ("inputs", "targets"):
+        if side in (None, key):
+          yield sample[key]
+
+  @property
+  def dataset_splits(self) -> List[Dict[str, Any]]:
+    """T2T defaults: train 100 shards, dev 1 (+ test 1 when the problem has one)."""
+    splits = [{"split": DatasetSplit.TRAIN, "shards": 100},
+              {"split": DatasetSplit.EVAL, "shards": 1}]
+    if self.has_test_split:
+      splits.append({"split": DatasetSplit.TEST, "shards": 1})
+    return splits
+
+  # ---- vocabulary ---------------------------------------------------------
+  @property
+  def vocab_filename(self) -> str:
+    """T2T name of the shared vocab: `vocab.<name>.<size>.subwords`."""
+    return "vocab.%s.%d.subwords" % (self.name, self.approx_vocab_size)
+
+  @property
+  def vocab_filenames(self) -> Dict[str, str]:
+    """Vocab file per feature; separate `.inputs`/`.targets` files when not shared."""
+    if self.share_vocab:
+      return {"inputs": self.vocab_filename, "targets": self.vocab_filename}
+    return {side: "vocab.%s.%d.%s.subwords" % (self.name, self.approx_vocab_sizes[side], side)
+            for side in ("inputs", "targets")}
+
+  @property
+  def approx_vocab_sizes(self) -> Dict[str, int]:
+    return {"inputs": self.approx_vocab_size, "targets": self.approx_vocab_size}
+
+  def get_or_create_vocab(self, data_dir: str, tmp_dir: Optional[str],
+                          force_get: bool = False) -> Dict[str, Any]:
+    """Returns {"inputs": enc, "targets": enc}; builds missing vocab files unless `force_get`."""
+    from data_gen import text_encoder  # pylint: disable=g-import-not-at-top
+    self.vocab_seconds = 0.0
+    reserved = ["<pad>", "<EOS>"] + list(self.additional_reserved_tokens)
+    by_file: Dict[str, Any] = {}
+    for side in ("inputs", "targets"):
+      filename = self.vocab_filenames[side]
+      if filename in by_file:
+        continue
+      path = os.path.join(data_dir, filename)
+      if force_get:
+        if not os.path.exists(path):
+          raise ValueError("vocab file %r not found; run t2t_keras_datagen --problem=%s "
+                           "--data_dir=%s first" % (path, self.name, data_dir))
+        by_file[filename] = text_encoder.SubwordTextEncoder(path)
+        continue
+      which = None if self.share_vocab else side
+      by_file[filename], seconds = generator_utils.get_or_generate_vocab(
+          data_dir, filename, self.approx_vocab_sizes[side],
+          lambda w=which: self.generate_text_for_vocab(data_dir, tmp_dir, w),
+          max_subtoken_length=self.max_subtoken_length, reserved_tokens=reserved)
+      self.vocab_seconds += seconds
+    encoders = {side: by_file[self.vocab_filenames[side]] for side in ("inputs", "targets")}
+    return encoders
+
+  def feature_encoders(self, data_dir: str) -> Dict[str, Any]:
+    """{"inputs": encoder, "targets": encoder} read from data_dir."""
+    return self.get_or_create_vocab(data_dir, None, force_get=True)
+
+  # ---- files ---------------------------------------------------------------
+  def shard_paths(self, data_dir: str, split: str, num_shards: Optional[int] = None,
+                  shuffled: bool = True) -> List[str]:
+    _check_split(split)
+    if num_shards is None:
+      num_shards = {s["split"]: s["shards"] for s in self.dataset_splits}.get(split, 1)
+    return generator_utils.shard_filepaths(data_dir, self.name, split, num_shards, shuffled)
+
+  def text_file(self, data_dir: str, split: str, side: str) -> str:
+    """Plain-text file of a dev/test split: side "inputs" (source) or "targets" (reference)."""
+    _check_split(split)
+    langs = {"inputs": self.source_lang, "targets": self.target_lang}
+    if side not in langs:
+      raise ValueError("side must be 'inputs' or 'targets', got %r" % (side,))
+    return os.path.join(data_dir, "%s.%s.%s" % (self.name, split, langs[side]))
+
+  def _split_done(self, data_dir: str, split: str, num_shards: int) -> bool:
+    paths = self.shard_paths(data_dir, split, num_shards)
+    if split != DatasetSplit.TRAIN:
+      paths += [self.text_file(data_dir, split, s) for s in ("inputs", "targets")]
+    return all(os.path.exists(p) for p in paths)
+
+  # ---- generation -------------------------------------------------------------
+  def generate_encoded_samples(self, data_dir: str, tmp_dir: str, split: str,
+                               encoders: Dict[str, Any],
+                               text_sink: Optional[List[tuple]] = None) -> Iterator[Dict[str, List[int]]]:
+    """Encodes samples and appends EOS=1 (T2T `text2text_generate_encoded`)."""
+    for sample in self.generate_samples(data_dir, tmp_dir, split):
+      if text_sink is not None:
+        text_sink.append((sample["inputs"], sample["targets"]))
+      yield {"inputs": encoders["inputs"].encode(sample["inputs"]) + [generator_utils.EOS_ID],
+             "targets": encoders["targets"].encode(sample["targets"]) + [generator_utils.EOS_ID]}
+
+  def generate_data(self, data_dir: str, tmp_dir: str, num_shards: Optional[int] = None,
+                    max_cases: Optional[int] = None, random_seed: int = 429459,
+                    progress: generator_utils.Progress = None) -> Dict[str, Any]:
+    """Writes vocab, shards and dev/test text files; skips finished splits.
+
+    Args:
+      num_shards: overrides the number of train shards (T2T: 100).
+      max_cases: at most this many examples per split.
+      progress: called as progress(stage, done, total_or_None) on long steps.
+
+    Returns:
+      {"splits": {split: {"examples", "inputs_tokens", "targets_tokens", "skipped"}},
+       "vocab_seconds": float, "seconds": float}
+    """
+    start = time.time()
+    if num_shards is not None and num_shards < 1:
+      raise ValueError("num_shards must be >= 1, got %r" % (num_shards,))
+    os.makedirs(data_dir, exist_ok=True)
+    os.makedirs(tmp_dir, exist_ok=True)
+    if progress is not None:
+      progress("vocab", 0, None)
+    encoders = self.get_or_create_vocab(data_dir, tmp_dir)
+    result = {"splits": {}, "vocab_seconds": self.vocab_seconds}
+    for spec in self.dataset_splits:
+      split = spec["split"]
+      shards = num_shards if (num_shards and split == DatasetSplit.TRAIN) else spec["shards"]
+      final = self.shard_paths(data_dir, split, shards)
+      skipped = self._split_done(data_dir, split, shards)
+      if not skipped:
+        self._generate_split(data_dir, tmp_dir, split, shards, encoders, max_cases,
+                             random_seed, progress)
+      stats = generator_utils.shard_stats(final)
+      stats["skipped"] = skipped
+      result["splits"][split] = stats
+    result["seconds"] = time.time() - start
+    return result
+
+  def _generate_split(self, data_dir, tmp_dir, split, shards, encoders, max_cases,
+                      random_seed, progress) -> None:
+    unshuffled = self.shard_paths(data_dir, split, shards, shuffled=False)
+    final = self.shard_paths(data_dir, split, shards)
+    texts: Optional[List[tuple]] = [] if split != DatasetSplit.TRAIN else None
+    generator_utils.generate_files(
+        self.generate_encoded_samples(data_dir, tmp_dir, split, encoders, texts),
+        unshuffled, max_cases=max_cases, progress=progress, stage=split)
+    if texts is not None:
+      # Text files hold exactly the written examples, in generation order.
+      texts = texts[:max_cases] if max_cases is not None else texts
+      for idx, side in enumerate(("inputs", "targets")):
+        generator_utils.write_text_atomic(self.text_file(data_dir, split, side),
+                                          (pair[idx].replace("\n", " ") for pair in texts))
+    if progress is not None:
+      progress(split + " shuffle", 0, len(final))
+    generator_utils.shuffle_shards(unshuffled, final, random_seed)

@@ -1,0 +1,103 @@
+"""`translate_from_files`: a user's own parallel text files (one sentence per line).
+
+Configured by constructor arguments (the datagen CLI passes `--train_source`,
+`--train_target`, `--dev_source`, `--dev_target`, `--vocab_size`). The
+configuration is saved as `translate_from_files.config.json` in data_dir, so
+`registry.problem("translate_from_files", data_dir=...)` in the trainer or
+decoder gets the same problem back.
+"""
+
+import json
+import os
+from typing import Any, Dict, Iterator, Optional
+
+from data_gen import generator_utils
+from data_gen.problem import DatasetSplit, Text2TextProblem
+from data_gen.registry import register_problem
+
+CONFIG_FILENAME = "translate_from_files.config.json"
+_FILE_ARGS = ("train_source", "train_target", "dev_source", "dev_target",
+              "test_source", "test_target")
+
+
+@register_problem
+class TranslateFromFiles(Text2TextProblem):
+  """Parallel text files → shared subword vocab + T2T shards (train 100, dev 1 [, test 1])."""
+
+  def __init__(self, train_source: Optional[str] = None, train_target: Optional[str] = None,
+               dev_source: Optional[str] = None, dev_target: Optional[str] = None,
+               vocab_size: int = 2**15, test_source: Optional[str] = None,
+               test_target: Optional[str] = None, source_lang: str = "src",
+               target_lang: str = "tgt"):
+    if not isinstance(vocab_size, int) or vocab_size < 8:
+      raise ValueError("vocab_size must be an int >= 8, got %r" % (vocab_size,))
+    if (test_source is None) != (test_target is None):
+      raise ValueError("give both test_source and test_target or neither, got %r and %r"
+                       % (test_source, test_target))
+    self.train_source, self.train_target = train_source, train_target
+    self.dev_source, self.dev_target = dev_source, dev_target
+    self.test_source, self.test_target = test_source, test_target
+    self.approx_vocab_size = vocab_size
+    self.source_lang, self.target_lang = source_lang, target_lang
+    self.has_test_split = test_source is not None
+
+  def config(self) -> Dict[str, Any]:
+    """JSON-serialisable constructor arguments (file paths made absolute)."""
+    cfg = {k: (os.path.abspath(getattr(self, k)) if getattr(self, k) else None)
+           for k in _FILE_ARGS}
+    cfg.update(vocab_size=self.approx_vocab_size, source_lang=self.source_lang,
+               target_lang=self.target_lang)
+    return cfg
+
+  @classmethod
+  def restore(cls, data_dir: Optional[str]) -> "TranslateFromFiles":
+    """The problem as configured when data_dir was generated (unconfigured if none saved)."""
+    path = os.path.join(data_dir, CONFIG_FILENAME) if data_dir else None
+    if not path or not os.path.exists(path):
+      return cls()
+    with open(path, encoding="utf-8") as f:
+      return cls(**json.load(f))
+
+  def _check_configured(self) -> None:
+    missing = [k for k in _FILE_ARGS[:4] if not getattr(self, k)]
+    if missing:
+      raise ValueError("translate_from_files needs %s (flags --%s); got %r"
+                       % (", ".join(missing), " --".join(missing),
+                          {k: getattr(self, k) for k in missing}))
+    for key in _FILE_ARGS:
+      path = getattr(self, key)
+      if path and not os.path.isfile(path):
+        raise ValueError("%s file %r does not exist" % (key, path))
+
+  def _files(self, split: str):
+    prefix = {DatasetSplit.TRAIN: "train", DatasetSplit.EVAL: "dev", DatasetSplit.TEST: "test"}[split]
+    return (getattr(self, prefix + "_source"), getattr(self, prefix + "_target"),
+            (prefix + "_source", prefix + "_target"))
+
+  def generate_samples(self, data_dir: str, tmp_dir: str, split: str) -> Iterator[Dict[str, str]]:
+    del data_dir, tmp_dir
+    self._check_configured()
+    source, target, names = self._files(split)
+    for src, tgt in generator_utils.read_parallel_lines(source, target, names):
+      yield {"inputs": src, "targets": tgt}
+
+  def generate_data(self, data_dir: str, tmp_dir: str, **kwargs) -> Dict[str, Any]:
+    """Validates the files, saves the config to data_dir, then generates as usual.
+
+    Raises:
+      ValueError: if data_dir already holds data generated from a different config.
+    """
+    self._check_configured()
+    os.makedirs(data_dir, exist_ok=True)
+    path = os.path.join(data_dir, CONFIG_FILENAME)
+    config = self.config()
+    if os.path.exists(path):
+      with open(path, encoding="utf-8") as f:
+        saved = json.load(f)
+      if saved != config:
+        raise ValueError("data_dir %r already holds translate_from_files data made from %r, "
+                         "not %r; use another data_dir or delete it" % (data_dir, saved, config))
+    result = super().generate_data(data_dir, tmp_dir, **kwargs)
+    # Saved only after success, so a failed run can be retried with other files.
+    generator_utils.write_text_atomic(path, [json.dumps(config, indent=1, sort_keys=True)])
+    return result

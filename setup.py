@@ -1,0 +1,30 @@
+"""t2t-keras: Tensor2Tensor's Transformer on TensorFlow 2.21 / Keras 3."""
+
+from setuptools import find_packages, setup
+
+CONSOLE_SCRIPTS = [
+    # Each entry is added only once its command works end to end.
+]
+
+setup(
+    name="t2t-keras",
+    version="0.1.0",
+    description="The Transformer of 'Attention Is All You Need', faithful to Tensor2Tensor, "
+                "on TensorFlow 2.21 and Keras 3.",
+    packages=find_packages(include=["t2t_keras", "t2t_keras.*", "data_gen", "data_gen.*"]),
+    python_requires=">=3.10,<3.13",
+    install_requires=[
+        "tensorflow==2.21.*",
+        "keras>=3.10,<4",
+        "tensorflow-text==2.21.*",
+        "tensorflow-datasets==4.9.*",
+        "sacrebleu>=2.3,<3",
+        "absl-py>=2.1",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6.100"],
+        "viz": ["matplotlib>=3.8"],
+        "serving": ["tensorflow-serving-api==2.21.*"],
+    },
+    entry_points={"console_scripts": CONSOLE_SCRIPTS},
+)

@@ -1,0 +1,494 @@
+"""T2T beam search, greedy and sampling decoding over a `symbols_to_logits_fn`.
+
+Model-agnostic: nothing here imports model code. Every decoder takes a callable
+
+    symbols_to_logits_fn(ids, i, cache) -> (logits, new_cache)
+
+* `ids`: `[n, decode_length + 1]` int32, the fixed-size id buffer of the `n`
+  hypotheses (`n = batch * beam_size` for beam search, `batch` otherwise).
+  Positions `0..i` are filled (position 0 holds `initial_ids`), later positions
+  are 0. The last decoded id is `ids[:, i]`; a cached model reads only that, a
+  slow (uncached) model can mask positions `> i`.
+* `i`: scalar int32 step, `0 <= i < decode_length`.
+* `cache`: nested dict of tensors with leading dim `n`, returned updated and
+  never mutated. Every tensor in it is tiled to the beams and gathered when
+  beams are reordered, so put only per-example tensors there. Shapes must stay
+  fixed across steps (write step `i` into fixed-size buffers) so the loop runs
+  in `tf.while_loop` and compiles with `tf.function(jit_compile=True)`.
+* `logits`: `[n, vocab_size]` float (normalised by `log_softmax` here).
+
+Semantics follow T2T's `utils/beam_search.py` (GNMT length penalty, alive and
+finished sets, 2 * beam candidates per step). Differences, all improvements:
+sequences live in fixed `[.., decode_length + 1]` buffers (XLA friendly);
+n-best output keeps early stopping (`top_beams`, see `beam_search_with_info`);
+cache tensors are gathered once per step instead of twice. When
+`vocab_size < 2 * beam_size` the children of the `-INF` placeholder beams get
+selected; here they never count as finished and EOS-ended candidates never
+enter the alive set (T2T let both happen).
+"""
+
+from typing import Any, Callable, NamedTuple, Sequence, Union
+
+import numpy as np
+import tensorflow as tf
+
+EOS_ID = 1
+INF = 1.0 * 1e7
+# T2T's sampling_keep_top_k sets the logits outside the top k to this value.
+_TOP_K_MASK_LOGIT = -1e6
+
+Cache = Any  # nested dict (or other tf.nest structure) of tensors
+SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Cache], tuple]
+IntOrTensor = Union[int, tf.Tensor]
+
+
+class BeamSearchOutput(NamedTuple):
+  """Everything `beam_search_with_info` returns.
+
+  ids: `[batch, beam_size, decode_length + 1]` int32, leading initial id,
+    0-padded after EOS / after the last step; sorted best first.
+  scores: `[batch, beam_size]` float32; length-normalised scores of finished
+    sequences, or raw log-probs of alive ones for items where none finished.
+  states: final cache of the alive beams, leading dim `batch * beam_size`.
+  num_steps: scalar int32, decoding steps run (<= decode_length).
+  """
+  ids: tf.Tensor
+  scores: tf.Tensor
+  states: Cache
+  num_steps: tf.Tensor
+
+
+class _BeamState(NamedTuple):
+  i: tf.Tensor  # scalar int32
+  alive_seq: tf.Tensor  # [batch, beam, decode_length + 1] int32
+  alive_log_probs: tf.Tensor  # [batch, beam] float32, sorted descending
+  finished_seq: tf.Tensor  # [batch, beam, decode_length + 1] int32
+  finished_scores: tf.Tensor  # [batch, beam] float32, sorted descending
+  finished_flags: tf.Tensor  # [batch, beam] bool
+  states: Cache  # leading dim batch * beam
+
+
+# ---------------------------------------------------------------- helpers ---
+def length_penalty(length: Any, alpha: float) -> tf.Tensor:
+  """GNMT length penalty `((5 + length) / 6) ** alpha` (float32, any shape)."""
+  length = tf.cast(length, tf.float32)
+  return tf.pow((5.0 + length) / 6.0, tf.cast(alpha, tf.float32))
+
+
+def expand_to_beam_size(tensor: tf.Tensor, beam_size: int) -> tf.Tensor:
+  """Tiles `[batch, ...]` to `[batch, beam_size, ...]`."""
+  tensor = tf.expand_dims(tensor, axis=1)
+  multiples = tf.tensor_scatter_nd_update(
+      tf.ones([tf.rank(tensor)], tf.int32), [[1]], [beam_size])
+  return tf.tile(tensor, multiples)
+
+
+def merge_beam_dim(tensor: tf.Tensor) -> tf.Tensor:
+  """Reshapes `[batch, beam, ...]` to `[batch * beam, ...]`."""
+  shape = tf.shape(tensor)
+  return tf.reshape(tensor, tf.concat([[shape[0] * shape[1]], shape[2:]], 0))
+
+
+def unmerge_beam_dim(tensor: tf.Tensor, batch_size: IntOrTensor,
+                     beam_size: int) -> tf.Tensor:
+  """Reshapes `[batch * beam, ...]` to `[batch, beam, ...]`."""
+  shape = tf.shape(tensor)
+  return tf.reshape(tensor,
+                    tf.concat([[batch_size, beam_size], shape[1:]], 0))
+
+
+def gather_beams(tensor: tf.Tensor, beam_indices: tf.Tensor) -> tf.Tensor:
+  """Picks beams per batch item.
+
+  Args:
+    tensor: `[batch, beams_in, ...]`.
+    beam_indices: `[batch, beams_out]` int32 indices into `beams_in`.
+  Returns:
+    `[batch, beams_out, ...]`.
+  """
+  return tf.gather(tensor, beam_indices, axis=1, batch_dims=1)
+
+
+def _gather_flat_beams(states: Cache, beam_indices: tf.Tensor,
+                       beam_size: int) -> Cache:
+  """Gathers cache tensors `[batch * beam, ...]` by `beam_indices` [b, beam]."""
+  batch_size = tf.shape(beam_indices)[0]
+  offsets = tf.range(batch_size)[:, None] * beam_size  # [batch, 1]
+  flat_indices = tf.reshape(beam_indices + offsets, [-1])  # [batch * beam]
+  return tf.nest.map_structure(lambda t: tf.gather(t, flat_indices), states)
+
+
+def _write_column(buffer: tf.Tensor, position: tf.Tensor,
+                  values: tf.Tensor) -> tf.Tensor:
+  """Writes `values` [...] into column `position` of `buffer` [..., length]."""
+  length = tf.shape(buffer)[-1]
+  is_position = tf.equal(tf.range(length), position)  # [length]
+  return tf.where(is_position, values[..., None], buffer)
+
+
+def _check_logits(logits: tf.Tensor, vocab_size: int) -> tf.Tensor:
+  """Casts logits to float32 and checks the static vocab dim."""
+  last_dim = logits.shape[-1]
+  if vocab_size is not None and last_dim is not None and (
+      last_dim != vocab_size):
+    raise ValueError(
+        f"symbols_to_logits_fn returned logits with last dim {last_dim}, "
+        f"but vocab_size={vocab_size}; pass the model's vocab size.")
+  return tf.cast(logits, tf.float32)
+
+
+def _check_positive_int(name: str, value: Any, minimum: int = 1) -> None:
+  if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}.")
+
+
+def _check_decode_length(decode_length: IntOrTensor) -> None:
+  if isinstance(decode_length, bool) or (
+      isinstance(decode_length, int) and decode_length < 0):
+    raise ValueError(
+        f"decode_length must be >= 0, got {decode_length!r}.")
+  if not isinstance(decode_length, (int, tf.Tensor)):
+    raise ValueError("decode_length must be an int or scalar int32 tensor, "
+                     f"got {type(decode_length).__name__}.")
+
+
+def _init_id_buffer(initial_ids: tf.Tensor,
+                    decode_length: IntOrTensor) -> tf.Tensor:
+  """`[batch]` initial ids -> `[batch, decode_length + 1]` zeros + column 0."""
+  initial_ids = tf.convert_to_tensor(initial_ids)
+  if initial_ids.shape.rank != 1:
+    raise ValueError("initial_ids must have shape [batch], got shape "
+                     f"{initial_ids.shape}.")
+  initial_ids = tf.cast(initial_ids, tf.int32)
+  buffer = tf.zeros(tf.stack([tf.shape(initial_ids)[0], decode_length + 1]),
+                    tf.int32)
+  return _write_column(buffer, 0, initial_ids)
+
+
+# ------------------------------------------------------------ beam search ---
+def _grow_topk(symbols_to_logits_fn, state: _BeamState, beam_size: int,
+               vocab_size: int, alpha: float):
+  """Extends the alive beams by one token; keeps the best 2 * beam_size.
+
+  Returns:
+    topk_seq `[batch, 2*beam, L+1]`, topk_log_probs / topk_scores
+    `[batch, 2*beam]`, topk_beam `[batch, 2*beam]` (parent alive beam),
+    topk_ids `[batch, 2*beam]` and the model's new cache (parents' order).
+  """
+  batch_size = tf.shape(state.alive_seq)[0]
+  flat_ids = merge_beam_dim(state.alive_seq)  # [batch * beam, L+1]
+  flat_logits, new_states = symbols_to_logits_fn(flat_ids, state.i,
+                                                 state.states)
+  logits = tf.reshape(_check_logits(flat_logits, vocab_size),
+                      [batch_size, beam_size, vocab_size])
+  # [batch, beam, V]: log-prob of each one-token extension of each beam.
+  log_probs = (tf.nn.log_softmax(logits) +
+               state.alive_log_probs[:, :, None])
+  penalty = length_penalty(state.i + 1, alpha)
+  flat_log_probs = tf.reshape(log_probs, [batch_size, beam_size * vocab_size])
+  # [batch, 2*beam]: 2 * beam guarantees >= beam candidates that are not EOS.
+  topk_scores, topk_flat = tf.math.top_k(flat_log_probs / penalty,
+                                         k=2 * beam_size)
+  topk_log_probs = tf.gather(flat_log_probs, topk_flat, batch_dims=1)
+  topk_beam = topk_flat // vocab_size
+  topk_ids = topk_flat % vocab_size
+  topk_seq = gather_beams(state.alive_seq, topk_beam)  # [batch, 2*beam, L+1]
+  topk_seq = _write_column(topk_seq, state.i + 1, topk_ids)
+  return (topk_seq, topk_log_probs, topk_scores, topk_beam, topk_ids,
+          new_states)
+
+
+def _grow_alive(topk_seq, topk_log_probs, topk_scores, topk_is_eos,
+                topk_beam, new_states, beam_size: int):
+  """Keeps the best beam_size candidates that did not end in EOS."""
+  # [batch, 2*beam]: EOS candidates sink below all others (T2T adds -INF,
+  # which lets them beat the -INF placeholder beams' children when
+  # vocab_size < 2 * beam_size). Each parent has one EOS child, so at least
+  # beam_size candidates are not EOS.
+  scores = tf.where(topk_is_eos, -np.inf, topk_scores)
+  _, keep = tf.math.top_k(scores, k=beam_size)  # [batch, beam]
+  alive_seq = gather_beams(topk_seq, keep)  # [batch, beam, L+1]
+  alive_log_probs = tf.gather(topk_log_probs, keep, batch_dims=1)
+  # Compose the two selections so each cache tensor is gathered only once.
+  parents = tf.gather(topk_beam, keep, batch_dims=1)  # [batch, beam]
+  states = _gather_flat_beams(new_states, parents, beam_size)
+  return alive_seq, alive_log_probs, states
+
+
+def _grow_finished(state: _BeamState, topk_seq, topk_scores, topk_finished,
+                   beam_size: int):
+  """Merges new finished candidates into the finished set (top beam_size)."""
+  # Unfinished candidates sink below every finished (and empty) slot.
+  scores = topk_scores + (1.0 - tf.cast(topk_finished, tf.float32)) * -INF
+  seqs = tf.concat([state.finished_seq, topk_seq], axis=1)  # [b, 3*beam, L+1]
+  scores = tf.concat([state.finished_scores, scores], axis=1)  # [b, 3*beam]
+  flags = tf.concat([state.finished_flags, topk_finished], axis=1)
+  finished_scores, keep = tf.math.top_k(scores, k=beam_size)  # [b, beam]
+  return (gather_beams(seqs, keep), finished_scores,
+          tf.gather(flags, keep, batch_dims=1))
+
+
+def _beam_step(symbols_to_logits_fn, state: _BeamState, beam_size: int,
+               vocab_size: int, alpha: float, eos_id: int) -> _BeamState:
+  """One T2T beam-search step: grow_topk, grow_alive, grow_finished."""
+  (topk_seq, topk_log_probs, topk_scores, topk_beam, topk_ids,
+   new_states) = _grow_topk(symbols_to_logits_fn, state, beam_size,
+                            vocab_size, alpha)
+  topk_is_eos = tf.equal(topk_ids, eos_id)  # [batch, 2*beam]
+  # Children of the -INF placeholder beams are not real hypotheses.
+  topk_finished = tf.logical_and(topk_is_eos, topk_log_probs > -INF / 2)
+  alive_seq, alive_log_probs, states = _grow_alive(
+      topk_seq, topk_log_probs, topk_scores, topk_is_eos, topk_beam,
+      new_states, beam_size)
+  finished_seq, finished_scores, finished_flags = _grow_finished(
+      state, topk_seq, topk_scores, topk_finished, beam_size)
+  return _BeamState(state.i + 1, alive_seq, alive_log_probs, finished_seq,
+                    finished_scores, finished_flags, states)
+
+
+def _keep_going(state: _BeamState, decode_length: IntOrTensor, alpha: float,
+                stop_early: bool, top_beams: int) -> tf.Tensor:
+  """Loop condition: steps remain and the top_beams are not yet settled.
+
+  A batch item is settled once its top_beams-th best finished hypothesis
+  beats the best score any alive beam could still reach: its log-prob (which
+  can only fall) over the largest length penalty still ahead. With
+  top_beams=1 this is T2T's stop_early criterion; with more it is exact for
+  the whole n-best list, per batch item.
+  """
+  steps_left = state.i < decode_length
+  if not stop_early:
+    return steps_left
+  # alpha >= 0 makes this T2T's ((5 + decode_length) / 6) ** alpha.
+  max_penalty = tf.maximum(length_penalty(state.i + 1, alpha),
+                           length_penalty(decode_length, alpha))
+  best_alive_bound = state.alive_log_probs[:, 0] / max_penalty  # [batch]
+  settled = tf.logical_and(
+      state.finished_flags[:, top_beams - 1],
+      state.finished_scores[:, top_beams - 1] > best_alive_bound)  # [batch]
+  return tf.logical_and(steps_left,
+                        tf.logical_not(tf.reduce_all(settled)))
+
+
+def _initial_beam_state(initial_ids, beam_size: int,
+                        decode_length: IntOrTensor, states) -> _BeamState:
+  """Only beam 0 is alive; finished slots are empty with score -INF."""
+  ids = _init_id_buffer(initial_ids, decode_length)  # [batch, L+1]
+  batch_size = tf.shape(ids)[0]
+  alive_seq = expand_to_beam_size(ids, beam_size)  # [batch, beam, L+1]
+  initial_log_probs = tf.constant([[0.0] + [-INF] * (beam_size - 1)])
+  alive_log_probs = tf.tile(initial_log_probs, [batch_size, 1])
+  flat_states = tf.nest.map_structure(
+      lambda t: merge_beam_dim(expand_to_beam_size(t, beam_size)),
+      states if states is not None else {})
+  return _BeamState(
+      i=tf.constant(0), alive_seq=alive_seq, alive_log_probs=alive_log_probs,
+      finished_seq=tf.zeros_like(alive_seq),
+      finished_scores=tf.fill([batch_size, beam_size], -INF),
+      finished_flags=tf.zeros([batch_size, beam_size], tf.bool),
+      states=flat_states)
+
+
+def _check_beam_args(beam_size, vocab_size, decode_length, top_beams):
+  _check_positive_int("beam_size", beam_size)
+  _check_positive_int("vocab_size", vocab_size, minimum=2)
+  _check_decode_length(decode_length)
+  _check_positive_int("top_beams", top_beams)
+  if top_beams > beam_size:
+    raise ValueError(f"top_beams must be <= beam_size={beam_size}, "
+                     f"got {top_beams}.")
+
+
+def beam_search_with_info(symbols_to_logits_fn: SymbolsToLogitsFn,
+                          initial_ids: tf.Tensor,
+                          beam_size: int,
+                          decode_length: IntOrTensor,
+                          vocab_size: int,
+                          alpha: float,
+                          states: Cache = None,
+                          eos_id: int = EOS_ID,
+                          stop_early: bool = True,
+                          top_beams: int = 1) -> BeamSearchOutput:
+  """T2T beam search returning ids, scores, final cache and steps run.
+
+  Args:
+    symbols_to_logits_fn: see the module docstring.
+    initial_ids: `[batch]` int, the first id of every hypothesis (T2T: 0).
+    beam_size: beams kept per batch item.
+    decode_length: int (or scalar int32 tensor, not under XLA) max steps.
+    vocab_size: last dim of the logits.
+    alpha: length-penalty exponent, `((5 + len) / 6) ** alpha`.
+    states: nested dict of tensors `[batch, ...]`; tiled to
+      `[batch * beam_size, ...]` and handed to `symbols_to_logits_fn`.
+    eos_id: id that ends a hypothesis.
+    stop_early: stop once the `top_beams` best are provably settled; if False,
+      run all `decode_length` steps.
+    top_beams: how many of the returned beams the caller will use. 1 gives
+      T2T's criterion; `beam_size` keeps early stopping exact for the whole
+      n-best list (T2T instead disabled stopping for n-best output).
+
+  Returns:
+    `BeamSearchOutput(ids [batch, beam, decode_length + 1],
+    scores [batch, beam], states, num_steps)`.
+  """
+  _check_beam_args(beam_size, vocab_size, decode_length, top_beams)
+  state = _initial_beam_state(initial_ids, beam_size, decode_length, states)
+  state = tf.while_loop(
+      lambda *s: _keep_going(_BeamState(*s), decode_length, alpha,
+                             stop_early, top_beams),
+      lambda *s: tuple(_beam_step(symbols_to_logits_fn, _BeamState(*s),
+                                  beam_size, vocab_size, alpha, eos_id)),
+      tuple(state))
+  state = _BeamState(*state)
+  # Items where nothing finished fall back to alive beams and raw log-probs.
+  any_finished = tf.reduce_any(state.finished_flags, axis=1)  # [batch]
+  ids = tf.where(any_finished[:, None, None], state.finished_seq,
+                 state.alive_seq)
+  scores = tf.where(any_finished[:, None], state.finished_scores,
+                    state.alive_log_probs)
+  return BeamSearchOutput(ids, scores, state.states, state.i)
+
+
+def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn,
+                initial_ids: tf.Tensor,
+                beam_size: int,
+                decode_length: IntOrTensor,
+                vocab_size: int,
+                alpha: float,
+                states: Cache = None,
+                eos_id: int = EOS_ID,
+                stop_early: bool = True,
+                top_beams: int = 1) -> tuple:
+  """T2T beam search; arguments as in `beam_search_with_info`.
+
+  Returns:
+    `(ids [batch, beam_size, decode_length + 1] int32 incl. the leading
+    initial id, scores [batch, beam_size] float32)`, best beam first.
+  """
+  out = beam_search_with_info(symbols_to_logits_fn, initial_ids, beam_size,
+                              decode_length, vocab_size, alpha, states,
+                              eos_id, stop_early, top_beams)
+  return out.ids, out.scores
+
+
+# ------------------------------------------------------- greedy / sample ---
+def sample_with_temperature(logits: tf.Tensor, temperature: float,
+                            top_k: int = -1,
+                            seed: tf.Tensor = None) -> tf.Tensor:
+  """Draws one id per row, T2T `sampling_temp` / `sampling_keep_top_k`.
+
+  Args:
+    logits: `[batch, vocab]` float.
+    temperature: 0 means argmax; otherwise sample from
+      `softmax(logits / temperature)`.
+    top_k: -1 keeps all ids; k > 0 sets the logits below the k-th largest to
+      -1e6 first (ties with the k-th largest are kept).
+    seed: `[2]` int32 stateless seed (required when temperature > 0).
+  Returns:
+    `[batch]` int32 ids.
+  """
+  if temperature == 0.0:
+    return tf.argmax(logits, axis=-1, output_type=tf.int32)
+  if top_k != -1:
+    kth_largest = tf.math.top_k(logits, k=top_k).values[:, -1:]  # [batch, 1]
+    logits = tf.where(logits < kth_largest,
+                      tf.constant(_TOP_K_MASK_LOGIT, logits.dtype), logits)
+  # Gumbel-max draws exactly from the categorical and, unlike
+  # StatelessMultinomial, compiles with XLA on CPU.
+  uniform = tf.random.stateless_uniform(tf.shape(logits), seed,
+                                        minval=1e-20, maxval=1.0)
+  gumbel = -tf.math.log(-tf.math.log(uniform))
+  return tf.argmax(logits / temperature + gumbel, axis=-1,
+                   output_type=tf.int32)
+
+
+def _sampling_loop(symbols_to_logits_fn, initial_ids, decode_length,
+                   eos_id, states, choose_fn):
+  """Shared greedy/sampling loop; `choose_fn(logits [b, V], i) -> [b]`."""
+  _check_decode_length(decode_length)
+  ids = _init_id_buffer(initial_ids, decode_length)  # [batch, L+1]
+  batch_size = tf.shape(ids)[0]
+
+  def body(i, ids, log_prob, finished, cache):
+    logits, cache = symbols_to_logits_fn(ids, i, cache)
+    logits = _check_logits(logits, None)  # [batch, V]
+    next_id = choose_fn(logits, i)  # [batch]
+    token_log_prob = tf.gather(tf.nn.log_softmax(logits), next_id,
+                               batch_dims=1)  # [batch]
+    # Count log-probs up to and including the first EOS, pad after it.
+    log_prob += tf.where(finished, 0.0, token_log_prob)
+    next_id = tf.where(finished, 0, next_id)
+    finished = tf.logical_or(finished, tf.equal(next_id, eos_id))
+    return i + 1, _write_column(ids, i + 1, next_id), log_prob, finished, cache
+
+  def cond(i, unused_ids, unused_log_prob, finished, unused_cache):
+    return tf.logical_and(i < decode_length,
+                          tf.logical_not(tf.reduce_all(finished)))
+
+  _, ids, log_prob, _, _ = tf.while_loop(
+      cond, body,
+      (tf.constant(0), ids, tf.zeros([batch_size]),
+       tf.zeros([batch_size], tf.bool), states if states is not None else {}))
+  return ids, log_prob
+
+
+def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn,
+                  initial_ids: tf.Tensor,
+                  decode_length: IntOrTensor,
+                  eos_id: int = EOS_ID,
+                  states: Cache = None) -> tuple:
+  """Argmax decoding (T2T `_fast_decode` with `sampling_method="argmax"`).
+
+  Args:
+    symbols_to_logits_fn: see the module docstring (here `n = batch`).
+    initial_ids: `[batch]` int first ids.
+    decode_length: int (or scalar int32 tensor) max steps.
+    eos_id: id that ends a sequence; decoding stops when all rows hit it.
+    states: nested dict of `[batch, ...]` tensors passed to the fn.
+
+  Returns:
+    `(ids [batch, decode_length + 1] int32` incl. the leading initial id, 0
+    after the first EOS; `scores [batch]` float32 = sum of log-probs up to and
+    including the first EOS).
+  """
+  return _sampling_loop(
+      symbols_to_logits_fn, initial_ids, decode_length, eos_id, states,
+      lambda logits, i: sample_with_temperature(logits, 0.0))
+
+
+def sample(symbols_to_logits_fn: SymbolsToLogitsFn,
+           initial_ids: tf.Tensor,
+           decode_length: IntOrTensor,
+           temperature: float = 1.0,
+           top_k: int = -1,
+           seed: Union[int, Sequence[int]] = 0,
+           eos_id: int = EOS_ID,
+           states: Cache = None) -> tuple:
+  """Sampling decode (T2T `sampling_method="random"`).
+
+  Args:
+    temperature: T2T `sampling_temp`; 0 is argmax.
+    top_k: T2T `sampling_keep_top_k`; -1 keeps every id.
+    seed: int or pair of ints; the same seed gives the same samples (step i
+      uses the seed folded with i).
+    Other arguments and the return value as in `greedy_search`; scores sum
+    the untempered log-probs of the drawn ids.
+  """
+  if isinstance(temperature, bool) or not isinstance(
+      temperature, (int, float)) or temperature < 0:
+    raise ValueError(f"temperature must be a float >= 0, got {temperature!r}.")
+  if isinstance(top_k, bool) or not isinstance(top_k, int) or (
+      top_k != -1 and top_k < 1):
+    raise ValueError(f"top_k must be -1 (off) or an int >= 1, got {top_k!r}.")
+  seed_pair = [seed, 0] if isinstance(seed, int) else list(seed)
+  if len(seed_pair) != 2:
+    raise ValueError(f"seed must be an int or a pair of ints, got {seed!r}.")
+  seed_tensor = tf.constant(seed_pair, tf.int32)
+
+  def choose(logits, i):
+    step_seed = tf.random.experimental.stateless_fold_in(seed_tensor, i)
+    return sample_with_temperature(logits, float(temperature), top_k,
+                                   step_seed)
+
+  return _sampling_loop(symbols_to_logits_fn, initial_ids, decode_length,
+                        eos_id, states, choose)

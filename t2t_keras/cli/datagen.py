@@ -1,0 +1,112 @@
+"""`t2t_keras_datagen`: T2T's `t2t-datagen` — vocab + sharded TFRecords for a problem.
+
+  t2t_keras_datagen --problem=translate_ende_ding_bible8k --data_dir=~/t2t_data
+  t2t_keras_datagen --problem=translate_from_files --data_dir=~/my_data \
+      --train_source=train.en --train_target=train.de \
+      --dev_source=dev.en --dev_target=dev.de --vocab_size=8192
+
+Running it again skips finished splits and reuses the vocab.
+"""
+
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+from data_gen import registry
+
+FLAGS = flags.FLAGS
+
+
+def _define(kind: str, name: str, default, help_text: str) -> None:
+  # Several CLI modules may be imported in one process (tests); define once.
+  if name not in FLAGS:
+    getattr(flags, "DEFINE_" + kind)(name, default, help_text)
+
+
+_define("string", "problem", None, "Registered problem name, e.g. translate_ende_ding_bible8k.")
+_define("string", "data_dir", None, "Where the vocab and TFRecord shards are written.")
+_define("string", "tmp_dir", "/tmp/t2t_datagen", "Scratch directory for downloads/sources.")
+_define("integer", "num_shards", None, "Number of train shards (default: the problem's, T2T 100).")
+_define("integer", "max_cases", None, "At most this many examples per split.")
+_define("integer", "random_seed", 429459, "Seed of the per-shard shuffle.")
+_define("string", "t2t_usr_dir", None, "Directory (a package) with user @register_problem modules.")
+_define("string", "train_source", None, "translate_from_files: training source text file.")
+_define("string", "train_target", None, "translate_from_files: training target text file.")
+_define("string", "dev_source", None, "translate_from_files: dev source text file.")
+_define("string", "dev_target", None, "translate_from_files: dev target text file.")
+_define("integer", "vocab_size", 2**15, "translate_from_files: approximate subword vocab size.")
+
+_FILE_FLAGS = ("train_source", "train_target", "dev_source", "dev_target")
+
+
+def _progress(stage: str, done: int, total) -> None:
+  if stage == "vocab":
+    msg = "vocab: loading or building (can take minutes for a new corpus)"
+  elif stage.endswith("shuffle"):
+    msg = "%s: shuffling %d shard(s)" % (stage, total)
+  elif total:
+    msg = "%s: %d / %d examples (%.0f%%)" % (stage, done, total, 100.0 * done / total)
+  else:
+    msg = "%s: %d examples" % (stage, done)
+  print("[t2t_keras_datagen %s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
+
+
+def _make_problem(name: str, data_dir: str):
+  given = {f: getattr(FLAGS, f) for f in _FILE_FLAGS if getattr(FLAGS, f)}
+  if name != "translate_from_files":
+    if given:
+      raise ValueError("--%s only apply to --problem=translate_from_files, not %r"
+                       % (", --".join(given), name))
+    return registry.problem(name, data_dir=data_dir)
+  if not given:
+    return registry.problem(name, data_dir=data_dir)  # rerun: config saved in data_dir
+  cls = registry.problem_class(name)
+  return cls(vocab_size=FLAGS.vocab_size, **{f: getattr(FLAGS, f) for f in _FILE_FLAGS})
+
+
+def _summary(name: str, data_dir: str, result) -> str:
+  lines = ["problem %s -> %s" % (name, data_dir)]
+  for split, s in result["splits"].items():
+    lines.append("  %-5s %8d examples  %10d input tokens  %10d target tokens%s"
+                 % (split, s["examples"], s["inputs_tokens"], s["targets_tokens"],
+                    "  (already done, skipped)" if s["skipped"] else ""))
+  lines.append("  vocab build %.1fs%s, total %.1fs" % (
+      result["vocab_seconds"], " (reused)" if result["vocab_seconds"] == 0 else "",
+      result["seconds"]))
+  return "\n".join(lines)
+
+
+def run(argv) -> int:
+  """Generates the data for --problem; returns the process exit code."""
+  if len(argv) > 1:
+    print("t2t_keras_datagen: unexpected arguments %r" % (argv[1:],), file=sys.stderr)
+    return 2
+  try:
+    registry.import_usr_dir(FLAGS.t2t_usr_dir)
+    if not FLAGS.problem or not FLAGS.data_dir:
+      raise ValueError("--problem and --data_dir are required (got --problem=%r --data_dir=%r); "
+                       "problems: %s" % (FLAGS.problem, FLAGS.data_dir,
+                                         ", ".join(registry.list_problems())))
+    data_dir = os.path.abspath(os.path.expanduser(FLAGS.data_dir))
+    tmp_dir = os.path.abspath(os.path.expanduser(FLAGS.tmp_dir))
+    problem = _make_problem(FLAGS.problem, data_dir)
+    result = problem.generate_data(data_dir, tmp_dir, num_shards=FLAGS.num_shards,
+                                   max_cases=FLAGS.max_cases, random_seed=FLAGS.random_seed,
+                                   progress=_progress)
+  except ValueError as e:
+    print("t2t_keras_datagen: error: %s" % e, file=sys.stderr)
+    return 1
+  print(_summary(FLAGS.problem, data_dir, result), flush=True)
+  return 0
+
+
+def main() -> None:
+  """Console-script entry point `t2t_keras_datagen`."""
+  app.run(lambda argv: sys.exit(run(argv)))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,94 @@
+"""t2t_keras_parse_eval: EVALB (COLLINS.prm) scores of parses against gold.
+
+  t2t_keras_parse_eval --gold=wsj23.gold.trees --test=wsj23.parsed.trees
+
+Both files hold one bracketed tree per line, in the same order. With
+`--linearized_test` the test file holds decoder outputs of a parsing problem
+(`S NP DT NN /NP ...`); each is de-linearized (and repaired) over the words of
+its gold tree first, and `--write_test_trees` can save those trees.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+from absl import app
+from absl import flags
+
+from data_gen import wsj_parsing
+from t2t_keras import evalb
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("gold", None, "Gold trees, one per line.")
+flags.DEFINE_string("test", None, "Test trees (or decodes), one per line.")
+flags.DEFINE_bool("linearized_test", False,
+                  "Test lines are linearized trees from the decoder; "
+                  "de-linearize them over the gold words before scoring.")
+flags.DEFINE_string("write_test_trees", None,
+                    "With --linearized_test: write the de-linearized test "
+                    "trees here, one per line.")
+flags.DEFINE_integer("max_errors", 10,
+                     "Stop with an error after this many error sentences "
+                     "(EVALB's -e); -1 never stops.")
+flags.DEFINE_integer("cutoff_len", 40,
+                     "Also report sentences of at most this many words.")
+
+
+def delinearize_lines(gold_lines: list[str], test_lines: list[str]
+                      ) -> list[str]:
+  """Trees (one-line strings) of linearized `test_lines` over gold words."""
+  out = []
+  for i, (g, t) in enumerate(zip(gold_lines, test_lines)):
+    try:
+      words = wsj_parsing.clean_tree(wsj_parsing.parse_tree(g)).leaves()
+    except ValueError as e:
+      raise ValueError(f"--gold line {i + 1} is not a tree: {e}") from e
+    out.append(wsj_parsing.tree_to_string(wsj_parsing.delinearize(t, words)))
+  return out
+
+
+def _write_atomic(path: str, lines: list[str]) -> None:
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                             prefix=".tmp_trees_")
+  with os.fdopen(fd, "w", encoding="utf-8") as f:
+    f.write("".join(line + "\n" for line in lines))
+  os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if not FLAGS.gold or not FLAGS.test:
+    raise app.UsageError("Both --gold and --test are required.")
+  gold = evalb.read_lines(FLAGS.gold)
+  test = evalb.read_lines(FLAGS.test)
+  if len(gold) != len(test):
+    raise ValueError(
+        f"--gold {FLAGS.gold} has {len(gold)} lines but --test {FLAGS.test} "
+        f"has {len(test)}; line {min(len(gold), len(test)) + 1} has no "
+        "partner. Both need one tree per line, in the same order.")
+  if FLAGS.linearized_test:
+    test = delinearize_lines(gold, test)
+    if FLAGS.write_test_trees:
+      _write_atomic(FLAGS.write_test_trees, test)
+  params = evalb.EvalbParams(cutoff_len=FLAGS.cutoff_len)
+  max_errors = None if FLAGS.max_errors < 0 else FLAGS.max_errors
+  report = evalb.evaluate(gold, test, params, max_errors=max_errors)
+  for line, message in report.errors():
+    print(f"line {line}: {message}", file=sys.stderr)
+  print(evalb.format_report(report))
+  t = report.all
+  print(f"P = {t.precision:.2f}  R = {t.recall:.2f}  F1 = {t.f1:.2f}  "
+        f"(matched {t.matched}, gold {t.gold}, test {t.test}; "
+        f"{t.valid_sentences} valid of {t.sentences} sentences)")
+
+
+def run() -> None:
+  """Console-script entry point."""
+  app.run(main)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,449 @@
+"""Immutable hyperparameters with T2T's names, T2T's named sets, and override parsing.
+
+`HParams` holds every model and training hyperparameter under the name T2T used
+(`layers/common_hparams.py:basic_params1` plus `models/transformer.py`), so that a
+T2T override string such as ``--hparams='num_heads=16,pos=emb'`` works unchanged.
+Unlike T2T's mutable object, it is a frozen dataclass: derive a new one with
+`replace` or `parse_overrides`.
+
+`DecodeHParams` holds T2T's decode hparams (`utils/decoding.py:decode_hparams`).
+
+Where the paper and T2T differ, T2T's value is the default of the T2T-named sets
+and the paper's is available by name (the `transformer_paper_*` sets) or override:
+  * norm layout: `layer_preprocess_sequence="n"`, `layer_postprocess_sequence="da"`
+    (T2T pre-norm) vs `"none"` / `"dan"` (paper post-norm);
+  * positions: `pos="timing"` (T2T, concatenated [sin | cos], exponent i/(d/2-1))
+    vs `pos="timing_paper"` (interleaved sin/cos, exponent 2i/d) vs `pos="emb"`
+    (learned, the paper's Table 3 row E);
+  * Adam beta2 0.997 (T2T >= v1.4.3) vs 0.98 (paper);
+  * learning rate: factor-string schedules (T2T v3, constant 2.0, warmup 8000) vs
+    the paper's formula (`learning_rate_schedule="legacy"`, `noam`, lr 0.1, 4000).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any, Callable, Dict, List
+
+_PREPOST_CHARS = set("adnz")
+POS_CHOICES = ("timing", "timing_paper", "emb", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class HParams:
+  """Model, optimization and input hyperparameters (T2T names and defaults)."""
+
+  # Model size.
+  hidden_size: int = 512
+  filter_size: int = 2048
+  num_heads: int = 8
+  num_hidden_layers: int = 6
+  num_encoder_layers: int = 0  # 0: num_hidden_layers.
+  num_decoder_layers: int = 0  # 0: num_hidden_layers.
+  attention_key_channels: int = 0  # Total over heads; 0: hidden_size.
+  attention_value_channels: int = 0  # Total over heads; 0: hidden_size.
+  ffn_layer: str = "dense_relu_dense"
+  self_attention_type: str = "dot_product"
+  # Residual blocks, normalization, dropout.
+  layer_preprocess_sequence: str = "none"
+  layer_postprocess_sequence: str = "dan"
+  layer_prepostprocess_dropout: float = 0.1
+  attention_dropout: float = 0.0
+  relu_dropout: float = 0.0
+  norm_type: str = "layer"
+  norm_epsilon: float = 1e-6
+  # Embeddings and positions.
+  pos: str = "timing"
+  min_timescale: float = 1.0
+  max_timescale: float = 1.0e4
+  shared_embedding_and_softmax_weights: bool = True
+  shared_embedding: bool = False
+  multiply_embedding_mode: str = "sqrt_depth"
+  symbol_modality_num_shards: int = 16  # Checkpoint layout only in T2T; one matrix here.
+  use_target_space_embedding: bool = True
+  initializer: str = "uniform_unit_scaling"
+  initializer_gain: float = 1.0
+  # Loss.
+  label_smoothing: float = 0.1
+  # Optimization.
+  optimizer: str = "adam"
+  optimizer_adam_beta1: float = 0.9
+  optimizer_adam_beta2: float = 0.98
+  optimizer_adam_epsilon: float = 1e-9
+  optimizer_multistep_accumulate_steps: int = 0
+  clip_grad_norm: float = 0.0
+  weight_decay: float = 0.0
+  learning_rate: float = 0.1
+  learning_rate_schedule: str = "legacy"
+  learning_rate_decay_scheme: str = "noam"
+  learning_rate_constant: float = 1.0
+  learning_rate_warmup_steps: int = 4000
+  learning_rate_decay_steps: int = 5000
+  learning_rate_decay_rate: float = 1.0
+  learning_rate_cosine_cycle_steps: int = 250000
+  # Input pipeline (batch_size counts tokens per replica, padding included).
+  batch_size: int = 4096
+  max_length: int = 256
+  min_length_bucket: int = 8
+  length_bucket_step: float = 1.1
+  use_fixed_batch_size: bool = False
+  eval_drop_long_sequences: bool = False
+  batch_shuffle_size: int = 512
+  max_input_seq_length: int = 0
+  max_target_seq_length: int = 0
+  # Greedy decoding / sampling (model hparams in T2T).
+  sampling_method: str = "argmax"
+  sampling_temp: float = 1.0
+  sampling_keep_top_k: int = -1
+
+  def __post_init__(self):
+    _check_positive(self, ("hidden_size", "filter_size", "num_heads",
+                           "num_hidden_layers", "batch_size"))
+    for name in ("layer_prepostprocess_dropout", "attention_dropout",
+                 "relu_dropout", "label_smoothing"):
+      value = getattr(self, name)
+      if not 0.0 <= value < 1.0:
+        raise ValueError(f"hparams.{name} must be in [0, 1), got {value!r}.")
+    if self.pos not in POS_CHOICES:
+      raise ValueError(f"hparams.pos must be one of {POS_CHOICES}, got {self.pos!r}.")
+    _check_sequence("layer_preprocess_sequence", self.layer_preprocess_sequence,
+                    allowed=set("dn"))
+    _check_sequence("layer_postprocess_sequence", self.layer_postprocess_sequence,
+                    allowed=_PREPOST_CHARS)
+    for name, total in (("attention_key_channels", self.key_channels),
+                        ("attention_value_channels", self.value_channels)):
+      if total % self.num_heads:
+        raise ValueError(
+            f"hparams.{name} (or hidden_size when 0) = {total} must be divisible "
+            f"by num_heads = {self.num_heads}.")
+    if self.norm_type != "layer":
+      raise ValueError(f"hparams.norm_type: only 'layer' is implemented, got {self.norm_type!r}.")
+    if self.ffn_layer != "dense_relu_dense":
+      raise ValueError(
+          f"hparams.ffn_layer: only 'dense_relu_dense' is implemented, got {self.ffn_layer!r}.")
+    if self.self_attention_type != "dot_product":
+      raise ValueError("hparams.self_attention_type: only 'dot_product' is implemented, "
+                       f"got {self.self_attention_type!r}.")
+    if self.multiply_embedding_mode not in ("sqrt_depth", "none"):
+      raise ValueError("hparams.multiply_embedding_mode must be 'sqrt_depth' or 'none', "
+                       f"got {self.multiply_embedding_mode!r}.")
+    if self.optimizer.lower() not in ("adam", "multistep_adam", "multistepadam", "true_adam",
+                                      "lazy_adam"):
+      raise ValueError("hparams.optimizer must be one of adam, multistep_adam, true_adam, "
+                       f"lazy_adam; got {self.optimizer!r}.")
+
+  # Derived values (T2T computes these inline as `x or hidden_size`).
+  @property
+  def encoder_layers(self) -> int:
+    return self.num_encoder_layers or self.num_hidden_layers
+
+  @property
+  def decoder_layers(self) -> int:
+    return self.num_decoder_layers or self.num_hidden_layers
+
+  @property
+  def key_channels(self) -> int:
+    return self.attention_key_channels or self.hidden_size
+
+  @property
+  def value_channels(self) -> int:
+    return self.attention_value_channels or self.hidden_size
+
+  def replace(self, **changes: Any) -> "HParams":
+    """Returns a copy with `changes` applied (validated like the constructor)."""
+    unknown = sorted(set(changes) - set(field_names(type(self))))
+    if unknown:
+      raise ValueError(_unknown_message(type(self), unknown[0]))
+    return dataclasses.replace(self, **changes)
+
+  def parse(self, overrides: str) -> "HParams":
+    """Applies a T2T override string such as ``'num_heads=16,pos=emb'``."""
+    return self.replace(**parse_overrides(type(self), overrides))
+
+  def to_dict(self) -> Dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  def to_json(self) -> str:
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+  @classmethod
+  def from_json(cls, text: str) -> "HParams":
+    values = json.loads(text)
+    unknown = sorted(set(values) - set(field_names(cls)))
+    if unknown:
+      raise ValueError(_unknown_message(cls, unknown[0]))
+    return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeHParams:
+  """T2T's decode hparams (`--decode_hparams`), same names and defaults."""
+
+  beam_size: int = 4
+  alpha: float = 0.6
+  extra_length: int = 100
+  batch_size: int = 0  # 0: 32 when decoding from a file, as in T2T.
+  return_beams: bool = False
+  write_beam_scores: bool = False
+  max_input_size: int = -1
+  num_samples: int = -1
+  delimiter: str = "\n"
+  force_decode_length: bool = False
+  num_decodes: int = 1
+  skip_eos_postprocess: bool = False
+  log_results: bool = True
+
+  def __post_init__(self):
+    if self.beam_size < 1:
+      raise ValueError(f"decode_hparams.beam_size must be >= 1, got {self.beam_size}.")
+    if self.alpha < 0:
+      raise ValueError(f"decode_hparams.alpha must be >= 0, got {self.alpha}.")
+    if self.extra_length < 0:
+      raise ValueError(f"decode_hparams.extra_length must be >= 0, got {self.extra_length}.")
+
+  def replace(self, **changes: Any) -> "DecodeHParams":
+    unknown = sorted(set(changes) - set(field_names(type(self))))
+    if unknown:
+      raise ValueError(_unknown_message(type(self), unknown[0]))
+    return dataclasses.replace(self, **changes)
+
+  def parse(self, overrides: str) -> "DecodeHParams":
+    return self.replace(**parse_overrides(type(self), overrides))
+
+  def to_dict(self) -> Dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------------------
+# Override parsing (T2T's `HParams.parse` syntax: comma-separated name=value).
+
+_OVERRIDE_RE = re.compile(r"\s*(?P<name>[A-Za-z_]\w*)\s*=\s*(?P<value>[^,]*)\s*(?:,|$)")
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no")
+
+
+def field_names(cls) -> List[str]:
+  return [f.name for f in dataclasses.fields(cls)]
+
+
+def _field_types(cls) -> Dict[str, type]:
+  # `from __future__ import annotations` makes annotations strings.
+  mapping = {"int": int, "float": float, "bool": bool, "str": str}
+  return {f.name: mapping[f.type] if isinstance(f.type, str) else f.type
+          for f in dataclasses.fields(cls)}
+
+
+def _unknown_message(cls, name: str) -> str:
+  import difflib
+  names = field_names(cls)
+  close = difflib.get_close_matches(name, names, n=3)
+  hint = f" Did you mean {', '.join(close)}?" if close else ""
+  return (f"Unknown {cls.__name__} name {name!r}.{hint} Valid names: "
+          f"{', '.join(sorted(names))}.")
+
+
+def _convert(cls, name: str, raw: str, kind: type) -> Any:
+  text = raw.strip()
+  try:
+    if kind is bool:
+      if text.lower() in _TRUE:
+        return True
+      if text.lower() in _FALSE:
+        return False
+      raise ValueError
+    if kind is int:
+      value = float(text)
+      if value != int(value):
+        raise ValueError
+      return int(value)
+    if kind is float:
+      return float(text)
+  except ValueError:
+    expected = {bool: "true or false", int: "an integer", float: "a number"}[kind]
+    raise ValueError(f"{cls.__name__} {name!r} expects {expected}, got {raw!r}.") from None
+  if text[:1] in "'\"" and text[-1:] == text[:1] and len(text) >= 2:
+    text = text[1:-1]
+  return text
+
+
+def parse_overrides(cls, overrides: str) -> Dict[str, Any]:
+  """Parses ``'a=1,b=x'`` into typed values for the dataclass `cls`.
+
+  Raises:
+    ValueError: on malformed text, an unknown name (listing the valid names) or a
+      value of the wrong type.
+  """
+  values: Dict[str, Any] = {}
+  text = (overrides or "").strip()
+  types = _field_types(cls)
+  pos = 0
+  while pos < len(text):
+    match = _OVERRIDE_RE.match(text, pos)
+    if not match or match.end() == pos:
+      raise ValueError(f"Malformed {cls.__name__} override at {text[pos:]!r} in "
+                       f"{overrides!r}; expected comma-separated name=value pairs.")
+    name = match.group("name")
+    if name not in types:
+      raise ValueError(_unknown_message(cls, name))
+    if name in values:
+      raise ValueError(f"{cls.__name__} {name!r} is given twice in {overrides!r}.")
+    values[name] = _convert(cls, name, match.group("value"), types[name])
+    pos = match.end()
+  return values
+
+
+def _check_positive(hp: HParams, names) -> None:
+  for name in names:
+    value = getattr(hp, name)
+    if value <= 0:
+      raise ValueError(f"hparams.{name} must be positive, got {value!r}.")
+
+
+def _check_sequence(name: str, sequence: str, allowed: set) -> None:
+  if sequence == "none":
+    return
+  bad = sorted(set(sequence) - allowed)
+  if bad or not sequence:
+    raise ValueError(f"hparams.{name} must be 'none' or a string of {sorted(allowed)}, "
+                     f"got {sequence!r}.")
+
+
+# ---------------------------------------------------------------------------
+# Named sets: each names its T2T parent explicitly and lists only its changes.
+
+_REGISTRY: Dict[str, Callable[[], HParams]] = {}
+
+
+def register(fn: Callable[[], HParams]) -> Callable[[], HParams]:
+  _REGISTRY[fn.__name__] = fn
+  return fn
+
+
+@register
+def transformer_base_v1() -> HParams:
+  """Post-norm, attention/relu dropout 0, the paper's noam LR (v1 = dataclass defaults)."""
+  return HParams()
+
+
+@register
+def transformer_base_v2() -> HParams:
+  return transformer_base_v1().replace(
+      layer_preprocess_sequence="n", layer_postprocess_sequence="da",
+      layer_prepostprocess_dropout=0.1, attention_dropout=0.1, relu_dropout=0.1,
+      learning_rate_warmup_steps=8000, learning_rate=0.2)
+
+
+@register
+def transformer_base_v3() -> HParams:
+  return transformer_base_v2().replace(
+      optimizer_adam_beta2=0.997,
+      learning_rate_schedule="constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size",
+      learning_rate_constant=2.0)
+
+
+@register
+def transformer_base() -> HParams:
+  return transformer_base_v3()
+
+
+@register
+def transformer_big() -> HParams:
+  return transformer_base().replace(hidden_size=1024, filter_size=4096, batch_size=2048,
+                                    num_heads=16, layer_prepostprocess_dropout=0.3)
+
+
+@register
+def transformer_big_single_gpu() -> HParams:
+  return transformer_big().replace(layer_prepostprocess_dropout=0.1,
+                                   learning_rate_warmup_steps=16000)
+
+
+@register
+def transformer_base_single_gpu() -> HParams:
+  return transformer_base().replace(
+      batch_size=1024, learning_rate_schedule="constant*linear_warmup*rsqrt_decay",
+      learning_rate_constant=0.1, learning_rate_warmup_steps=16000)
+
+
+@register
+def transformer_base_multistep8() -> HParams:
+  return transformer_base().replace(optimizer="multistep_adam",
+                                    optimizer_multistep_accumulate_steps=8)
+
+
+@register
+def transformer_parsing_base() -> HParams:
+  # learning_rate=0.05 is inert under the factor schedule, as in T2T.
+  return transformer_base().replace(
+      attention_dropout=0.2, layer_prepostprocess_dropout=0.2, max_length=512,
+      learning_rate_warmup_steps=16000, hidden_size=1024, learning_rate=0.05,
+      shared_embedding_and_softmax_weights=False)
+
+
+@register
+def transformer_parsing_big() -> HParams:
+  # T2T also sets `shared_source_target_embedding=False`, a name nothing reads.
+  return transformer_big().replace(
+      max_length=512, learning_rate_warmup_steps=4000, layer_prepostprocess_dropout=0.1,
+      batch_size=2048, learning_rate=0.05)
+
+
+@register
+def transformer_tiny() -> HParams:
+  return transformer_base().replace(num_hidden_layers=2, hidden_size=128, filter_size=512,
+                                    num_heads=4)
+
+
+@register
+def transformer_small() -> HParams:
+  return transformer_base().replace(num_hidden_layers=2, hidden_size=256, filter_size=1024,
+                                    num_heads=4)
+
+
+@register
+def transformer_big_dr1() -> HParams:
+  return transformer_base().replace(hidden_size=1024, filter_size=4096, num_heads=16,
+                                    layer_prepostprocess_dropout=0.1)
+
+
+@register
+def transformer_big_enfr() -> HParams:
+  return transformer_big_dr1().replace(shared_embedding_and_softmax_weights=False,
+                                       filter_size=8192, layer_prepostprocess_dropout=0.1)
+
+
+@register
+def transformer_paper_base() -> HParams:
+  """The paper's base model (§3, §5.3-5.4): post-norm, interleaved sinusoids, β2 0.98,
+  lr = d^-0.5·min(step^-0.5, step·4000^-1.5), P_drop 0.1 on residuals and embeddings only,
+  ε_ls 0.1, no target-space embedding (a T2T addition)."""
+  return HParams(pos="timing_paper", use_target_space_embedding=False)
+
+
+@register
+def transformer_paper_big() -> HParams:
+  """The paper's big model (Table 3): d 1024, d_ff 4096, 16 heads, P_drop 0.3."""
+  return transformer_paper_base().replace(hidden_size=1024, filter_size=4096, num_heads=16,
+                                          layer_prepostprocess_dropout=0.3)
+
+
+def list_hparams_sets() -> List[str]:
+  return sorted(_REGISTRY)
+
+
+def create_hparams(hparams_set: str, overrides: str = "") -> HParams:
+  """Returns the named set with T2T-syntax `overrides` applied.
+
+  Raises:
+    ValueError: for an unknown set (listing the valid ones) or a bad override.
+  """
+  if hparams_set not in _REGISTRY:
+    raise ValueError(f"Unknown hparams_set {hparams_set!r}. Valid sets: "
+                     f"{', '.join(list_hparams_sets())}.")
+  return _REGISTRY[hparams_set]().parse(overrides)
+
+
+def create_decode_hparams(overrides: str = "") -> DecodeHParams:
+  return DecodeHParams().parse(overrides)

@@ -1,0 +1,217 @@
+"""T2T input pipeline: TFRecord shards → length-bucketed, token-budgeted batches.
+
+Faithful to T2T's `utils/data_reader.py`:
+* bucket boundaries 8, 9, …, ×1.1 … < max_length (`bucket_boundaries`);
+* batch size per bucket = `batch_size // bucket_upper_length`, rounded down to a
+  divisor of a highly-composite window size, × `batch_size_multiplier`
+  (the number of replicas, T2T's `shard_multiplier`) (`batching_scheme`);
+* an example's length is max(len(inputs), len(targets)), EOS included; training
+  drops examples longer than `max_length` (eval only with `eval_drop_long_sequences`);
+* training shuffles files, examples (buffer 1024) and whole batches
+  (`batch_shuffle_size`), and repeats forever.
+
+Batches are dicts {"inputs": int64 [batch, length], "targets": int64 [batch, length]},
+0-padded to the longest example of the batch.
+"""
+
+from typing import Any, Dict, List, Optional
+
+import tensorflow as tf
+
+TRAIN, EVAL, PREDICT = "train", "eval", "predict"
+_MODES = {"train": TRAIN, "eval": EVAL, "predict": PREDICT, "infer": PREDICT}
+
+# OEIS A002182: n with more divisors than any smaller number. T2T rounds batch
+# sizes to divisors of one of these so every bucket divides the window evenly.
+HIGHLY_COMPOSITE_NUMBERS = [
+    1, 2, 4, 6, 12, 24, 36, 48, 60, 120, 180, 240, 360, 720, 840, 1260, 1680, 2520, 5040,
+    7560, 10080, 15120, 20160, 25200, 27720, 45360, 50400, 55440, 83160, 110880, 166320,
+    221760, 277200, 332640, 498960, 554400, 665280, 720720, 1081080, 1441440, 2162160,
+    2882880, 3603600, 4324320, 6486480, 7207200, 8648640, 10810800, 14414400, 17297280,
+    21621600, 32432400, 36756720, 43243200, 61261200, 73513440, 110270160]
+
+_EXAMPLE_SHUFFLE_BUFFER = 1024
+_PARSE_BATCH = 256
+
+
+def bucket_boundaries(max_length: int, min_length: int = 8,
+                      length_bucket_step: float = 1.1) -> List[int]:
+  """T2T `_bucket_boundaries`: x = min_length; while x < max_length: x = max(x + 1, int(x * step)).
+
+  Returns:
+    e.g. 41 boundaries for max_length=256: [8, 9, …, 215, 236].
+  """
+  if length_bucket_step <= 1.0:
+    raise ValueError("length_bucket_step must be > 1.0, got %r" % (length_bucket_step,))
+  if min_length < 1:
+    raise ValueError("min_length must be >= 1, got %r" % (min_length,))
+  x, boundaries = min_length, []
+  while x < max_length:
+    boundaries.append(x)
+    x = max(x + 1, int(x * length_bucket_step))
+  return boundaries
+
+
+def batching_scheme(batch_size: int, max_length: int, min_length_bucket: int = 8,
+                    length_bucket_step: float = 1.1, drop_long_sequences: bool = False,
+                    shard_multiplier: int = 1, length_multiplier: int = 1,
+                    min_length: int = 0) -> Dict[str, Any]:
+  """T2T `batching_scheme`: bucket boundaries and a batch size (in sentences) per bucket.
+
+  Returns:
+    {"boundaries": [n], "batch_sizes": [n + 1], "min_length", "max_length"
+     (10**9 unless drop_long_sequences), "window_size", "shuffle_queue_size"}.
+  """
+  if batch_size < 1:
+    raise ValueError("batch_size must be >= 1, got %r" % (batch_size,))
+  if shard_multiplier < 1:
+    raise ValueError("shard_multiplier (batch_size_multiplier) must be >= 1, got %r"
+                     % (shard_multiplier,))
+  max_length = max_length or batch_size
+  if max_length < min_length:
+    raise ValueError("max_length (%r) must be >= min_length (%r)" % (max_length, min_length))
+  boundaries = [b * length_multiplier
+                for b in bucket_boundaries(max_length, min_length_bucket, length_bucket_step)]
+  max_length *= length_multiplier
+  batch_sizes = [max(1, batch_size // length) for length in boundaries + [max_length]]
+  window_size = max(n for n in HIGHLY_COMPOSITE_NUMBERS if n <= 3 * max(batch_sizes))
+  divisors = [d for d in range(1, window_size + 1) if window_size % d == 0]
+  batch_sizes = [max(d for d in divisors if d <= bs) for bs in batch_sizes]
+  window_size *= shard_multiplier
+  batch_sizes = [bs * shard_multiplier for bs in batch_sizes]
+  return {
+      "boundaries": boundaries,
+      "batch_sizes": batch_sizes,
+      "min_length": min_length,
+      "max_length": max_length if drop_long_sequences else 10**9,
+      "window_size": window_size,
+      "shuffle_queue_size": 3 * (window_size // min(batch_sizes)),
+  }
+
+
+def hparams_to_batching_scheme(hparams, drop_long_sequences: bool = False,
+                               shard_multiplier: int = 1) -> Dict[str, Any]:
+  """`batching_scheme` from hparams fields (read by attribute)."""
+  return batching_scheme(
+      batch_size=hparams.batch_size, max_length=hparams.max_length,
+      min_length_bucket=hparams.min_length_bucket,
+      length_bucket_step=hparams.length_bucket_step,
+      drop_long_sequences=drop_long_sequences, shard_multiplier=shard_multiplier,
+      min_length=getattr(hparams, "min_length", 0))
+
+
+def example_length(example: Dict[str, tf.Tensor]) -> tf.Tensor:
+  """max(len(inputs), len(targets)) of one example (int32 scalar)."""
+  return tf.maximum(tf.shape(example["inputs"])[0], tf.shape(example["targets"])[0])
+
+
+def _parse(serialized: tf.Tensor) -> Dict[str, tf.RaggedTensor]:
+  spec = {"inputs": tf.io.RaggedFeature(tf.int64), "targets": tf.io.RaggedFeature(tf.int64)}
+  return tf.io.parse_example(serialized, spec)
+
+
+def _truncate(hparams):
+  """T2T `preprocess_example_common`: cut inputs/targets to max_*_seq_length when > 0."""
+  max_in = int(getattr(hparams, "max_input_seq_length", 0) or 0)
+  max_tgt = int(getattr(hparams, "max_target_seq_length", 0) or 0)
+
+  def fn(ex):
+    if max_in > 0:
+      ex["inputs"] = ex["inputs"][:max_in]
+    if max_tgt > 0:
+      ex["targets"] = ex["targets"][:max_tgt]
+    return ex
+
+  return fn if (max_in > 0 or max_tgt > 0) else None
+
+
+def _length_filter(min_length: int, max_length: int, drop_counter: Optional[tf.Variable]):
+  def keep(ex):
+    length = example_length(ex)
+    ok = tf.logical_and(length >= min_length, length <= max_length)
+    if drop_counter is not None:
+      drop_counter.assign_add(tf.cast(tf.logical_not(ok), drop_counter.dtype))
+    return ok
+
+  return keep
+
+
+def _read_records(files: List[str], training: bool, shuffle: bool, repeat: bool,
+                  seed: Optional[int], deterministic: bool) -> tf.data.Dataset:
+  ds = tf.data.Dataset.from_tensor_slices(files)
+  if shuffle:
+    ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+  ds = ds.interleave(
+      lambda f: tf.data.TFRecordDataset(f, buffer_size=1 << 20),
+      cycle_length=min(len(files), 16), block_length=16,
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic or not training)
+  if repeat:
+    ds = ds.repeat()
+  if shuffle:
+    ds = ds.shuffle(_EXAMPLE_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
+  return ds
+
+
+def make_dataset(filepattern: str, hparams, mode: str, *, batch_size_multiplier: int = 1,
+                 seed: Optional[int] = None, deterministic: bool = False,
+                 repeat: Optional[bool] = None, shuffle: Optional[bool] = None,
+                 drop_counter: Optional[tf.Variable] = None) -> tf.data.Dataset:
+  """Batched T2T examples from TFRecord files matching `filepattern`.
+
+  Args:
+    filepattern: glob of shard files, e.g. `problem.filepattern(data_dir, "train")`.
+    hparams: object with T2T fields batch_size (tokens per replica incl. padding),
+      max_length, min_length_bucket, length_bucket_step, use_fixed_batch_size,
+      eval_drop_long_sequences, batch_shuffle_size, max_input_seq_length,
+      max_target_seq_length.
+    mode: "train", "eval" or "predict"/"infer".
+    batch_size_multiplier: number of replicas; batch sizes are multiplied by it.
+    seed: seed of all shuffles (default 0 when deterministic).
+    deterministic: fixed element order for a given seed.
+    repeat: repeat forever (default: in training).
+    shuffle: shuffle files, examples and batches (default: in training).
+    drop_counter: optional int64 tf.Variable incremented for every over-long
+      example dropped.
+
+  Returns:
+    tf.data.Dataset of {"inputs": int64 [batch, length], "targets": int64 [batch, length]}.
+  """
+  if mode not in _MODES:
+    raise ValueError("mode must be one of %s, got %r" % (sorted(_MODES), mode))
+  if not isinstance(batch_size_multiplier, int) or batch_size_multiplier < 1:
+    raise ValueError("batch_size_multiplier must be an int >= 1, got %r" % (batch_size_multiplier,))
+  training = _MODES[mode] == TRAIN
+  files = sorted(tf.io.gfile.glob(filepattern))
+  if not files:
+    raise ValueError("no files match filepattern %r; generate them with t2t_keras_datagen"
+                     % (filepattern,))
+  repeat = training if repeat is None else repeat
+  shuffle = training if shuffle is None else shuffle
+  if deterministic and seed is None:
+    seed = 0
+  drop_long = training or bool(getattr(hparams, "eval_drop_long_sequences", False))
+  scheme = hparams_to_batching_scheme(hparams, drop_long, batch_size_multiplier)
+
+  ds = _read_records(files, training, shuffle, repeat, seed, deterministic)
+  ds = ds.batch(_PARSE_BATCH).map(_parse, num_parallel_calls=tf.data.AUTOTUNE,
+                                  deterministic=True).unbatch()
+  # Unbatched ragged rows arrive as rank-0-ragged specs; make them plain tensors.
+  ds = ds.map(lambda ex: {k: tf.identity(v) for k, v in ex.items()},
+              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  truncate = _truncate(hparams)
+  if truncate is not None:
+    ds = ds.map(truncate, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  ds = ds.filter(_length_filter(scheme["min_length"], scheme["max_length"], drop_counter))
+  if getattr(hparams, "use_fixed_batch_size", False):
+    # T2T: batch_size then counts examples per replica, no bucketing.
+    ds = ds.padded_batch(hparams.batch_size * batch_size_multiplier)
+  else:
+    ds = ds.bucket_by_sequence_length(example_length, scheme["boundaries"],
+                                      scheme["batch_sizes"])
+  batch_shuffle = int(getattr(hparams, "batch_shuffle_size", 0) or 0)
+  if shuffle and batch_shuffle:
+    ds = ds.shuffle(batch_shuffle, seed=seed, reshuffle_each_iteration=True)
+  options = tf.data.Options()
+  options.deterministic = deterministic or not training
+  ds = ds.with_options(options)
+  return ds.prefetch(tf.data.AUTOTUNE)

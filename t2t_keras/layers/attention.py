@@ -1,0 +1,158 @@
+"""T2T multi-head dot-product attention and its bias helpers.
+
+Faithful to `common_attention.multihead_attention` with `dot_product_attention`:
+q, k, v and output projections have no bias, q is scaled by
+`key_depth_per_head ** -0.5` before the matmul, dropout acts on the attention
+weights, and key and value depths may differ.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import keras
+import tensorflow as tf
+
+
+def large_compatible_negative(dtype: tf.DType) -> float:
+  """A large negative that stays finite in `dtype` (T2T: -1e9; fp16: its min)."""
+  if dtype == tf.float16:
+    return float(tf.float16.min)
+  return -1e9
+
+
+def attention_bias_ignore_padding(padding: tf.Tensor) -> tf.Tensor:
+  """Bias masking padded memory positions.
+
+  Args:
+    padding: float `[batch, memory_length]`, 1.0 at padding.
+  Returns:
+    float32 `[batch, 1, 1, memory_length]`: -1e9 at padding, 0 elsewhere.
+  """
+  padding = tf.cast(padding, tf.float32)
+  return (padding * large_compatible_negative(tf.float32))[:, None, None, :]
+
+
+def attention_bias_lower_triangle(length) -> tf.Tensor:
+  """Causal bias: `[1, 1, length, length]`, -1e9 above the diagonal."""
+  band = tf.linalg.band_part(tf.ones([length, length], tf.float32), -1, 0)
+  return (large_compatible_negative(tf.float32) * (1.0 - band))[None, None]
+
+
+def split_heads(x: tf.Tensor, num_heads: int) -> tf.Tensor:
+  """`[batch, length, depth]` -> `[batch, heads, length, depth / heads]`."""
+  shape = tf.shape(x)
+  depth = x.shape[-1]
+  x = tf.reshape(x, [shape[0], shape[1], num_heads, depth // num_heads])
+  return tf.transpose(x, [0, 2, 1, 3])
+
+
+def combine_heads(x: tf.Tensor) -> tf.Tensor:
+  """`[batch, heads, length, depth_per_head]` -> `[batch, length, depth]`."""
+  x = tf.transpose(x, [0, 2, 1, 3])
+  shape = tf.shape(x)
+  return tf.reshape(x, [shape[0], shape[1], x.shape[2] * x.shape[3]])
+
+
+def glorot_uniform(seed=None):
+  # T2T's "uniform_unit_scaling" with gain 1.0 is variance_scaling(1, fan_avg, uniform).
+  return keras.initializers.VarianceScaling(1.0, "fan_avg", "uniform", seed=seed)
+
+
+class MultiHeadAttention(keras.layers.Layer):
+  """T2T multi-head attention (`common_attention.multihead_attention`).
+
+  Args:
+    key_channels: total key depth over all heads (T2T `attention_key_channels`).
+    value_channels: total value depth over all heads.
+    output_depth: depth of the output projection (hidden_size).
+    num_heads: number of heads; must divide both channel counts.
+    attention_dropout: dropout rate on the attention weights.
+
+  Call arguments:
+    query_antecedent: `[batch, length_q, depth]`.
+    memory_antecedent: `[batch, length_m, depth]`, or None for self-attention.
+    bias: float32, broadcastable to `[batch, heads, length_q, length_kv]`.
+    training: Python bool or None.
+    cache: optional dict for incremental decoding. Self-attention: `{"k", "v"}`
+      fixed-size buffers `[batch, heads, max_length, depth/heads]` into which the
+      step's key/value are written at `decode_index`. Encoder-decoder attention:
+      `{"k_encdec", "v_encdec"}` precomputed with `compute_memory_kv`.
+    decode_index: scalar int32 position written in the self-attention cache.
+
+  Returns:
+    `[batch, length_q, output_depth]`, and the updated cache when one is given.
+  """
+
+  def __init__(self, key_channels: int, value_channels: int, output_depth: int,
+               num_heads: int, attention_dropout: float = 0.0, **kwargs):
+    super().__init__(**kwargs)
+    for name, value in (("key_channels", key_channels), ("value_channels", value_channels)):
+      if value % num_heads:
+        raise ValueError(f"{name}={value} must be divisible by num_heads={num_heads}.")
+    self.key_channels = key_channels
+    self.value_channels = value_channels
+    self.output_depth = output_depth
+    self.num_heads = num_heads
+    self.attention_dropout = attention_dropout
+
+  def build(self, query_antecedent_shape, memory_antecedent_shape=None):
+    query_shape, memory_shape = query_antecedent_shape, memory_antecedent_shape
+    dense = lambda units, name: keras.layers.Dense(
+        units, use_bias=False, kernel_initializer=glorot_uniform(), name=name,
+        dtype=self.dtype_policy)
+    self.q = dense(self.key_channels, "q")
+    self.k = dense(self.key_channels, "k")
+    self.v = dense(self.value_channels, "v")
+    self.output_transform = dense(self.output_depth, "output_transform")
+    memory_shape = memory_shape or query_shape
+    self.q.build(query_shape)
+    self.k.build(memory_shape)
+    self.v.build(memory_shape)
+    self.output_transform.build(tuple(query_shape[:-1]) + (self.value_channels,))
+    self.dropout = keras.layers.Dropout(self.attention_dropout, dtype=self.dtype_policy)
+
+  def compute_memory_kv(self, memory: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Keys and values of `memory` `[batch, len, depth]`, split into heads."""
+    return (split_heads(self.k(memory), self.num_heads),
+            split_heads(self.v(memory), self.num_heads))
+
+  def call(self, query_antecedent, memory_antecedent=None, bias=None, training=None,
+           cache: Optional[Dict[str, tf.Tensor]] = None, decode_index=None):
+    q = split_heads(self.q(query_antecedent), self.num_heads)
+    new_cache = None
+    if cache is not None and "k_encdec" in cache:
+      k, v = cache["k_encdec"], cache["v_encdec"]
+    else:
+      source = query_antecedent if memory_antecedent is None else memory_antecedent
+      k, v = self.compute_memory_kv(source)
+      if cache is not None:
+        # Write this step into the fixed-size buffers (shape-stable for XLA).
+        max_length = tf.shape(cache["k"])[2]
+        mask = tf.one_hot(decode_index, max_length, dtype=k.dtype)[None, None, :, None]
+        k = cache["k"] * (1 - mask) + k * mask
+        v = cache["v"] * (1 - mask) + v * mask
+        new_cache = {"k": k, "v": v}
+    q *= tf.cast((self.key_channels // self.num_heads) ** -0.5, q.dtype)
+    # Bias and softmax in float32, whatever the compute dtype: -1e9 then stays
+    # finite for float16 and bfloat16 exp sums keep their precision.
+    logits = tf.cast(tf.matmul(q, k, transpose_b=True), tf.float32)
+    if bias is not None:
+      logits += tf.cast(bias, tf.float32)
+    weights = tf.cast(tf.nn.softmax(logits), q.dtype)
+    weights = self.dropout(weights, training=training)
+    x = combine_heads(tf.matmul(weights, v))
+    x = self.output_transform(x)
+    if cache is not None:
+      return x, new_cache if new_cache is not None else cache
+    return x
+
+  def compute_output_shape(self, query_antecedent_shape, memory_antecedent_shape=None):
+    return tuple(query_antecedent_shape[:-1]) + (self.output_depth,)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(key_channels=self.key_channels, value_channels=self.value_channels,
+                  output_depth=self.output_depth, num_heads=self.num_heads,
+                  attention_dropout=self.attention_dropout)
+    return config

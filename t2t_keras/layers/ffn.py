@@ -1,0 +1,107 @@
+"""Feed-forward block and T2T's layer_preprocess / layer_postprocess sequences."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from t2t_keras.layers.attention import glorot_uniform
+
+
+class DenseReluDense(keras.layers.Layer):
+  """T2T `dense_relu_dense`: dense(filter, relu, bias) -> dropout -> dense(hidden, bias).
+
+  Call arguments:
+    x: `[batch, length, hidden_size]`.
+  Returns:
+    `[batch, length, output_size]`.
+  """
+
+  def __init__(self, filter_size: int, output_size: int, relu_dropout: float = 0.0,
+               **kwargs):
+    super().__init__(**kwargs)
+    self.filter_size = filter_size
+    self.output_size = output_size
+    self.relu_dropout = relu_dropout
+
+  def build(self, input_shape):
+    # Names follow T2T's historical "conv1"/"conv2".
+    self.conv1 = keras.layers.Dense(self.filter_size, activation="relu",
+                                    kernel_initializer=glorot_uniform(), name="conv1",
+                                    dtype=self.dtype_policy)
+    self.conv2 = keras.layers.Dense(self.output_size, kernel_initializer=glorot_uniform(),
+                                    name="conv2", dtype=self.dtype_policy)
+    self.conv1.build(input_shape)
+    self.conv2.build(tuple(input_shape[:-1]) + (self.filter_size,))
+    self.dropout = keras.layers.Dropout(self.relu_dropout, dtype=self.dtype_policy)
+
+  def call(self, x, training=None):
+    return self.conv2(self.dropout(self.conv1(x), training=training))
+
+  def compute_output_shape(self, input_shape):
+    return tuple(input_shape[:-1]) + (self.output_size,)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(filter_size=self.filter_size, output_size=self.output_size,
+                  relu_dropout=self.relu_dropout)
+    return config
+
+
+class LayerPrepostprocess(keras.layers.Layer):
+  """T2T's `layer_prepostprocess`: apply a sequence of "a", "d", "n", "z" ops.
+
+  "a" adds the residual `previous`, "z" adds zero (a no-op kept for override
+  compatibility), "n" is LayerNorm (epsilon from hparams), "d" is dropout; the
+  literal "none" is the identity. Pre-norm uses "n" before and "da" after each
+  sublayer; the paper's post-norm uses "none" before and "dan" after.
+
+  Call arguments:
+    previous: `[batch, length, depth]` residual input (needed for "a"), or None.
+    x: `[batch, length, depth]`.
+  Returns:
+    `[batch, length, depth]`.
+  """
+
+  def __init__(self, sequence: str, dropout: float = 0.0, epsilon: float = 1e-6, **kwargs):
+    super().__init__(**kwargs)
+    if sequence != "none" and set(sequence) - set("adnz"):
+      raise ValueError(f"sequence must be 'none' or letters from 'adnz', got {sequence!r}.")
+    self.sequence = sequence
+    self.dropout_rate = dropout
+    self.epsilon = epsilon
+
+  def build(self, input_shape):
+    self.norms = []
+    if self.sequence == "none":
+      return
+    for i, op in enumerate(self.sequence):
+      if op == "n":
+        norm = keras.layers.LayerNormalization(epsilon=self.epsilon, name=f"layer_norm_{i}",
+                                               dtype=self.dtype_policy)
+        norm.build(input_shape)
+        self.norms.append(norm)
+    self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+
+  def call(self, previous, x, training=None):
+    if self.sequence == "none":
+      return x
+    norms = iter(self.norms)
+    for op in self.sequence:
+      if op == "a":
+        if previous is None:
+          raise ValueError("sequence contains 'a' but no residual input was given.")
+        x = x + previous
+      elif op == "n":
+        x = next(norms)(x)
+      elif op == "d":
+        x = self.dropout(x, training=training)
+    return x
+
+  def compute_output_shape(self, input_shape):
+    return input_shape
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(sequence=self.sequence, dropout=self.dropout_rate, epsilon=self.epsilon)
+    return config

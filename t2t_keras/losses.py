@@ -1,0 +1,60 @@
+"""T2T's label-smoothed, padding-weighted cross-entropy (`common_layers`).
+
+`padded_cross_entropy` returns the numerator and denominator separately so that
+the trainer can sum them over micro-batches and replicas and divide once:
+T2T's loss of a step is sum(token losses) / sum(non-pad weights) over all GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Tuple
+
+import tensorflow as tf
+
+
+def smoothing_normalizer(vocab_size: int, label_smoothing: float) -> float:
+  """Entropy of the smoothed target distribution (T2T's `normalizing` constant).
+
+  Subtracting it makes a perfect prediction cost 0; it does not change gradients.
+  """
+  confidence = 1.0 - label_smoothing
+  low = (1.0 - confidence) / (vocab_size - 1)
+  return -(confidence * math.log(confidence) + (vocab_size - 1) * low * math.log(low + 1e-20))
+
+
+def smoothing_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
+                            label_smoothing: float) -> tf.Tensor:
+  """Per-token cross-entropy against smoothed one-hot targets.
+
+  The gold class gets 1 - label_smoothing and every other class, PAD included,
+  label_smoothing / (vocab - 1), as in T2T.
+
+  Args:
+    logits: `[batch, length, vocab]` (any float dtype; computed in float32).
+    labels: `[batch, length]` int ids.
+  Returns:
+    float32 `[batch, length]`.
+  """
+  logits = tf.cast(logits, tf.float32)
+  vocab_size = logits.shape[-1]
+  confidence = 1.0 - label_smoothing
+  low = (1.0 - confidence) / (vocab_size - 1)
+  soft = tf.one_hot(tf.cast(labels, tf.int32), vocab_size, on_value=confidence,
+                    off_value=low, dtype=tf.float32)
+  xent = tf.nn.softmax_cross_entropy_with_logits(labels=soft, logits=logits)
+  return xent - smoothing_normalizer(vocab_size, label_smoothing)
+
+
+def padded_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
+                         label_smoothing: float) -> Tuple[tf.Tensor, tf.Tensor]:
+  """Sum of smoothed token losses and sum of weights, weights = (labels != 0).
+
+  Args:
+    logits: `[batch, length, vocab]`; labels: `[batch, length]`, 0 = PAD.
+  Returns:
+    (float32 scalar loss numerator, float32 scalar weight sum).
+  """
+  weights = tf.cast(tf.not_equal(labels, 0), tf.float32)
+  xent = smoothing_cross_entropy(logits, labels, label_smoothing)
+  return tf.reduce_sum(xent * weights), tf.reduce_sum(weights)

@@ -1,0 +1,145 @@
+"""Layers against closed-form formulas and brute-force NumPy."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_keras.layers import attention, embedding, ffn
+
+
+def _concat_formula(length, channels, min_ts=1.0, max_ts=1e4):
+  # T2T: channel i < d/2 is sin(p * min * (max/min)^(-i/(d/2-1))), then the cos half.
+  half = channels // 2
+  out = np.zeros((length, channels))
+  for p in range(length):
+    for i in range(half):
+      inv = min_ts * (max_ts / min_ts) ** (-i / max(half - 1, 1))
+      out[p, i] = math.sin(p * inv)
+      out[p, half + i] = math.cos(p * inv)
+  return out
+
+
+def _interleaved_formula(length, channels):
+  # The paper: PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(same).
+  out = np.zeros((length, channels))
+  for p in range(length):
+    for i in range(0, channels - channels % 2, 2):
+      out[p, i] = math.sin(p / 10000 ** (i / channels))
+      out[p, i + 1] = math.cos(p / 10000 ** (i / channels))
+  return out
+
+
+@pytest.mark.parametrize("channels", [8, 64, 7])
+def test_timing_signal_concat_matches_formula(channels):
+  got = embedding.get_timing_signal_1d(50, channels).numpy()[0]
+  np.testing.assert_allclose(got, _concat_formula(50, channels), atol=2e-5)
+
+
+@pytest.mark.parametrize("channels", [8, 64])
+def test_timing_signal_interleaved_matches_paper(channels):
+  got = embedding.get_timing_signal_1d(50, channels, layout="interleaved").numpy()[0]
+  np.testing.assert_allclose(got, _interleaved_formula(50, channels), atol=2e-5)
+
+
+def test_timing_signal_start_index_is_a_slice():
+  full = embedding.get_timing_signal_1d(20, 16).numpy()[0]
+  part = embedding.get_timing_signal_1d(3, 16, start_index=7).numpy()[0]
+  np.testing.assert_allclose(part, full[7:10], atol=1e-6)
+
+
+def test_biases():
+  pad = tf.constant([[0., 0., 1.], [0., 1., 1.]])
+  bias = attention.attention_bias_ignore_padding(pad).numpy()
+  assert bias.shape == (2, 1, 1, 3)
+  np.testing.assert_array_equal(bias[:, 0, 0], [[0, 0, -1e9], [0, -1e9, -1e9]])
+  tri = attention.attention_bias_lower_triangle(3).numpy()[0, 0]
+  np.testing.assert_array_equal(tri, [[0, -1e9, -1e9], [0, 0, -1e9], [0, 0, 0]])
+  assert attention.large_compatible_negative(tf.float16) == float(np.finfo(np.float16).min)
+
+
+def _numpy_attention(layer, q_in, m_in, bias):
+  wq, wk, wv, wo = (np.asarray(l.kernel) for l in
+                    (layer.q, layer.k, layer.v, layer.output_transform))
+  h = layer.num_heads
+
+  def split(x):
+    b, n, d = x.shape
+    return x.reshape(b, n, h, d // h).transpose(0, 2, 1, 3)
+
+  q, k, v = split(q_in @ wq), split(m_in @ wk), split(m_in @ wv)
+  q = q * (layer.key_channels // h) ** -0.5
+  logits = q @ k.transpose(0, 1, 3, 2) + bias
+  w = np.exp(logits - logits.max(-1, keepdims=True))
+  w /= w.sum(-1, keepdims=True)
+  out = (w @ v).transpose(0, 2, 1, 3)
+  out = out.reshape(out.shape[0], out.shape[1], -1)
+  return out @ wo
+
+
+def test_multihead_attention_matches_numpy_with_separate_depths():
+  rng = np.random.default_rng(0)
+  layer = attention.MultiHeadAttention(key_channels=12, value_channels=8, output_depth=10,
+                                       num_heads=4)
+  q_in = rng.normal(size=(2, 5, 10)).astype(np.float32)
+  m_in = rng.normal(size=(2, 3, 10)).astype(np.float32)
+  pad = np.array([[0, 0, 1], [0, 0, 0]], np.float32)
+  bias = attention.attention_bias_ignore_padding(tf.constant(pad))
+  got = layer(q_in, m_in, bias=bias).numpy()
+  assert not any("bias" in w.name for w in layer.weights)  # T2T: no projection biases.
+  want = _numpy_attention(layer, q_in, m_in, bias.numpy())
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_symbol_modality_scaling_padding_and_tied_logits():
+  mod = embedding.SymbolModality(11, 6)
+  mod.build()
+  table = np.asarray(mod.weights_var)
+  ids = np.array([[3, 0, 5]])
+  emb = mod.embed(ids).numpy()
+  np.testing.assert_allclose(emb[0, 0], table[3] * math.sqrt(6), rtol=1e-6)
+  np.testing.assert_array_equal(emb[0, 1], 0.0)  # PAD row zeroed
+  x = np.random.default_rng(1).normal(size=(1, 2, 6)).astype(np.float32)
+  np.testing.assert_allclose(mod.logits(x).numpy(), x @ table.T, rtol=1e-5, atol=1e-5)
+  # N(0, d^-0.5) init: the std of a big table is close to 6^-0.5.
+  big = embedding.SymbolModality(4000, 64)
+  big.build()
+  assert abs(np.std(np.asarray(big.weights_var)) - 64 ** -0.5) < 0.005
+
+
+def test_prepostprocess_sequences():
+  x = np.random.default_rng(2).normal(size=(2, 3, 4)).astype(np.float32)
+  prev = np.ones_like(x)
+  post = ffn.LayerPrepostprocess("dan", dropout=0.0, epsilon=1e-6)
+  got = post(prev, x).numpy()
+  s = x + prev
+  want = (s - s.mean(-1, keepdims=True)) / np.sqrt(s.var(-1, keepdims=True) + 1e-6)
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  np.testing.assert_array_equal(ffn.LayerPrepostprocess("none")(prev, x), x)
+  np.testing.assert_allclose(ffn.LayerPrepostprocess("da")(prev, x).numpy(), x + prev)
+  with pytest.raises(ValueError, match="adnz"):
+    ffn.LayerPrepostprocess("nq")
+
+
+def test_dense_relu_dense_matches_numpy():
+  x = np.random.default_rng(3).normal(size=(2, 3, 4)).astype(np.float32)
+  layer = ffn.DenseReluDense(8, 4, relu_dropout=0.5)
+  got = layer(x, training=False).numpy()
+  w1, b1 = (np.asarray(v) for v in layer.conv1.weights)
+  w2, b2 = (np.asarray(v) for v in layer.conv2.weights)
+  np.testing.assert_allclose(got, np.maximum(x @ w1 + b1, 0) @ w2 + b2, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: attention.MultiHeadAttention(8, 16, 8, 2, 0.1, name="att"),
+    lambda: ffn.DenseReluDense(16, 8, 0.2, name="ffn"),
+    lambda: ffn.LayerPrepostprocess("nda", 0.3, 1e-6),
+    lambda: embedding.SymbolModality(20, 8, "none", with_softmax=False),
+    lambda: embedding.PositionEmbedding("emb", 64, 1.0, 1e4),
+])
+def test_get_config_round_trips(make):
+  layer = make()
+  clone = type(layer).from_config(layer.get_config())
+  assert clone.get_config() == layer.get_config()
