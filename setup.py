@@ -20,6 +20,8 @@ setup(
         "tensorflow-datasets==4.9.*",
         "sacrebleu>=2.3,<3",
         "absl-py>=2.1",
+        # tf.summary needs TensorBoard, which TensorFlow 2.21 no longer installs.
+        "tensorboard>=2.20",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100"],

@@ -207,7 +207,7 @@ def _before_first(ids: tf.RaggedTensor, value: int) -> tf.RaggedTensor:
   hit = tf.cast(tf.equal(ids.flat_values, value), tf.int64)
   inclusive = tf.cumsum(hit)
   exclusive = tf.concat([[0], inclusive], axis=0)
-  base = tf.gather(exclusive, ids.value_rowids())
+  base = tf.gather(exclusive, tf.gather(ids.row_starts(), ids.value_rowids()))
   return ids.with_flat_values(tf.equal(inclusive - base, 0))
 
 

@@ -99,5 +99,6 @@ class TranslateFromFiles(Text2TextProblem):
                          "not %r; use another data_dir or delete it" % (data_dir, saved, config))
     result = super().generate_data(data_dir, tmp_dir, **kwargs)
     # Saved only after success, so a failed run can be retried with other files.
-    generator_utils.write_text_atomic(path, [json.dumps(config, indent=1, sort_keys=True)])
+    if not os.path.exists(path):
+      generator_utils.write_text_atomic(path, [json.dumps(config, indent=1, sort_keys=True)])
     return result

@@ -77,9 +77,6 @@ class Tree:
     return (isinstance(other, Tree) and
             tree_to_string(self) == tree_to_string(other))
 
-  def __hash__(self):
-    return hash(tree_to_string(self))
-
   def __repr__(self) -> str:
     return tree_to_string(self)
 
@@ -220,12 +217,17 @@ def _split_tokens(seq: Union[str, Sequence[str]]) -> list[str]:
   return seq.split() if isinstance(seq, str) else list(seq)
 
 
-def _drop_empty(node: Tree) -> bool:
-  """Removes word-less non-terminals below `node`; True if `node` has words."""
-  if node.is_preterminal():
-    return True
-  node.children = [c for c in node.children if _drop_empty(c)]
-  return bool(node.children)
+def _drop_empty(root: Tree) -> None:
+  """Removes word-less non-terminals below `root` (iterative: decodes nest
+  as deep as they are long)."""
+  order, stack = [], [root]
+  while stack:
+    node = stack.pop()
+    if not node.is_preterminal():
+      order.append(node)
+      stack.extend(node.children)
+  for node in reversed(order):  # children before their parents
+    node.children = [c for c in node.children if c.children]
 
 
 def delinearize(targets: Union[str, Sequence[str]],
@@ -238,7 +240,7 @@ def delinearize(targets: Union[str, Sequence[str]],
   leaves are `words` in order:
   * a token in `pos_tags` is a POS slot and takes the next word; slots beyond
     the last word are dropped. A token neither in `pos_tags` nor a known
-    phrase label is a non-terminal iff a matching `/X` follows it.
+    phrase label opens a non-terminal iff `/X` occurs in the sequence.
   * `/X` closes the innermost open `X` (and everything opened inside it); a
     `/X` with no open `X` closes the innermost open constituent; a closing
     with nothing open is dropped. Constituents left open are closed.

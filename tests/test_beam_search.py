@@ -180,6 +180,8 @@ def test_large_beam_matches_exhaustive_enumeration(seed, alpha):
     assert len(expected) == 40
     real = scores.numpy()[b] > NEG
     assert real.sum() == 40
+    # The other slots stay empty: no children of the -INF placeholder beams.
+    assert np.all(scores.numpy()[b][~real] <= -bs.INF)
     got = [finished_tokens(row) for row in ids.numpy()[b][real]]
     assert got == [tokens for tokens, _ in expected]
     np.testing.assert_allclose(scores.numpy()[b][real],
@@ -253,3 +255,230 @@ def test_nbest_early_stopping_equals_full_run():
     steps_top1.append(int(top1.num_steps))
   print(f"steps of 12: n-best {steps_nbest}, top-1 {steps_top1}")
   assert np.mean(steps_nbest) < 12 and sum(s < 12 for s in steps_nbest) >= 12
+
+
+def test_xla_matches_eager():
+  sos = tf.constant([0, 2, 3, 4])
+  for seed in range(2):
+    table = random_table(seed, length=10, vocab=8, eos_boost=1.0)
+    eager = bs.beam_search_with_info(table_fn(table), sos, 4, 10, 8, 0.6,
+                                     top_beams=4)
+    xla = traced_beam_search(4, 0.6, True, 4, True)(table, sos)
+    np.testing.assert_array_equal(xla.ids.numpy(), eager.ids.numpy())
+    np.testing.assert_allclose(xla.scores.numpy(), eager.scores.numpy(),
+                               rtol=1e-5, atol=1e-5)
+    assert int(xla.num_steps) == int(eager.num_steps)
+  table = random_table(0, length=10, vocab=8, eos_boost=-1.0)
+
+  @tf.function(jit_compile=True)
+  def xla_decode(table, sos):
+    fn = table_fn(table)
+    return bs.greedy_search(fn, sos, 10), bs.sample(fn, sos, 10, seed=7,
+                                                    top_k=3)
+
+  (g_ids, _), (s_ids, _) = xla_decode(table, sos)
+  np.testing.assert_array_equal(g_ids.numpy(),
+                                bs.greedy_search(table_fn(table), sos,
+                                                 10)[0].numpy())
+  # TF's stateless RNG streams differ between XLA and non-XLA kernels, so
+  # XLA samples are checked for reproducibility and for the top-k support.
+  np.testing.assert_array_equal(s_ids.numpy(),
+                                xla_decode(table, sos)[1][0].numpy())
+  ids = s_ids.numpy()
+  for b in range(4):
+    for i in range(10):
+      if EOS in ids[b, 1:i + 1]:
+        break
+      assert ids[b, i + 1] in np.argsort(-table[i, ids[b, i]])[:3]
+
+
+def test_decode_length_may_be_a_tensor():
+  table = random_table(5, length=6, vocab=7, eos_boost=1.0)
+  sos = tf.constant([0, 3])
+  expected = bs.beam_search(table_fn(table), sos, 3, 6, 7, 0.6)
+
+  @tf.function
+  def run(length):
+    return bs.beam_search(table_fn(table), sos, 3, length, 7, 0.6)
+
+  got = run(tf.constant(6))
+  np.testing.assert_array_equal(got[0].numpy(), expected[0].numpy())
+  np.testing.assert_allclose(got[1].numpy(), expected[1].numpy(), rtol=1e-6)
+
+
+# ------------------------------------------------------------------ cache ---
+def history_fn(table):
+  """Records each consumed id and the running log-prob in the cache."""
+  table = tf.convert_to_tensor(table)
+  length = table.shape[0]
+
+  def fn(ids, i, cache):
+    last = tf.gather(ids, i, axis=1)  # [n]
+    prev = tf.gather(ids, tf.maximum(i - 1, 0), axis=1)  # [n]
+    step = tf.fill(tf.shape(last), tf.maximum(i - 1, 0))
+    last_log_prob = tf.gather_nd(table, tf.stack([step, prev, last], 1))
+    history = tf.where(tf.range(length + 1) == i, last[:, None],
+                       cache["history"])
+    log_prob = cache["nested"]["log_prob"] + tf.where(i > 0, last_log_prob,
+                                                      0.0)
+    new_cache = {"history": history, "nested": {"log_prob": log_prob}}
+    return tf.gather(table[i], last), new_cache
+
+  return fn
+
+
+def test_cache_is_gathered_with_beams():
+  length, vocab, beam = 6, 5, 3
+  table = random_table(11, length=length, vocab=vocab)
+  sos = [0, 2, 4]
+  states = {"history": tf.fill([3, length + 1], -1),
+            "nested": {"log_prob": tf.zeros([3])}}
+  # eos_id outside the vocab: nothing finishes, so the returned beams are
+  # the alive beams, whose cache is the one returned.
+  out = bs.beam_search_with_info(history_fn(table), tf.constant(sos), beam,
+                                 length, vocab, 0.6, states=states, eos_id=99)
+  ids = out.ids.numpy().reshape(3 * beam, length + 1)
+  history = out.states["history"].numpy()
+  assert history.shape == (3 * beam, length + 1)
+  # The fn saw ids 0..length-1 of each final beam, in that beam's order.
+  np.testing.assert_array_equal(history[:, :length], ids[:, :length])
+  assert np.all(history[:, length] == -1)
+  last = table[length - 1, ids[:, length - 1], ids[:, length]]
+  np.testing.assert_allclose(
+      out.states["nested"]["log_prob"].numpy() + last,
+      out.scores.numpy().reshape(-1), rtol=1e-5, atol=1e-5)
+  for b, start in enumerate(sos):  # raw log-probs, as nothing finished
+    for k in range(beam):
+      np.testing.assert_allclose(
+          out.scores.numpy()[b, k],
+          seq_log_prob(table, start, out.ids.numpy()[b, k, 1:]),
+          rtol=1e-5, atol=1e-5)
+
+
+def test_states_tiled_per_example():
+  length, vocab = 7, 6
+  table = tf.constant(random_table(3, length=length, vocab=vocab,
+                                   eos_boost=0.5))
+  bias = np.random.default_rng(4).normal(size=(3, vocab)).astype(np.float32)
+
+  def fn(ids, i, cache):
+    logits = tf.gather(table[i], tf.gather(ids, i, axis=1)) + cache["bias"]
+    return logits, cache
+
+  sos = [0, 2, 2]
+  batch = bs.beam_search(fn, tf.constant(sos), 3, length, vocab, 0.6,
+                         states={"bias": tf.constant(bias)}, stop_early=False)
+  for b in range(3):
+    single = bs.beam_search(fn, tf.constant(sos[b:b + 1]), 3, length, vocab,
+                            0.6, states={"bias": tf.constant(bias[b:b + 1])},
+                            stop_early=False)
+    np.testing.assert_array_equal(batch[0].numpy()[b], single[0].numpy()[0])
+    np.testing.assert_allclose(batch[1].numpy()[b], single[1].numpy()[0],
+                               rtol=1e-6)
+  # Same start, different per-example state -> different decodes.
+  assert not np.array_equal(batch[0].numpy()[1], batch[0].numpy()[2])
+
+
+# -------------------------------------------------------- greedy / sample ---
+@pytest.mark.parametrize("seed", range(3))
+def test_greedy_matches_numpy_reference(seed):
+  table = random_table(seed, length=9, vocab=7, eos_boost=0.5)
+  sos = [0, 2, 3, 4, 5, 6]
+  ids, scores = bs.greedy_search(table_fn(table), tf.constant(sos), 9)
+  ref_ids, ref_scores = numpy_greedy(table, sos)
+  np.testing.assert_array_equal(ids.numpy(), ref_ids)  # 0 after EOS
+  np.testing.assert_allclose(scores.numpy(), ref_scores, rtol=1e-5,
+                             atol=1e-5)
+
+
+def test_greedy_stops_when_all_rows_hit_eos():
+  calls = []
+  table = np.full((20, 4, 4), np.log(0.1), np.float32)
+  table[:, :, EOS] = np.log(0.7)  # EOS is everybody's argmax
+
+  def fn(ids, i, cache):
+    calls.append(int(i))
+    return table_fn(table)(ids, i, cache)
+
+  ids, _ = bs.greedy_search(fn, tf.constant([0, 2]), 20)  # eager: counts
+  assert calls == [0]
+  np.testing.assert_array_equal(ids.numpy()[:, 1], [EOS, EOS])
+  assert not ids.numpy()[:, 2:].any()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 3.0])
+def test_sample_top_k_one_equals_greedy(temperature):
+  table = random_table(21, length=8, vocab=9, eos_boost=0.3, scale=0.7)
+  sos = tf.constant([0, 2, 3, 4, 5, 6, 7, 8])
+  g_ids, g_scores = bs.greedy_search(table_fn(table), sos, 8)
+  for seed in range(3):
+    ids, scores = bs.sample(table_fn(table), sos, 8, temperature, top_k=1,
+                            seed=seed)
+    np.testing.assert_array_equal(ids.numpy(), g_ids.numpy())
+    np.testing.assert_allclose(scores.numpy(), g_scores.numpy(), rtol=1e-6)
+
+
+def test_temperature_zero_is_argmax():
+  table = random_table(22, length=8, vocab=9, scale=0.7)
+  sos = [0, 2, 3, 4]
+  ref_ids, _ = numpy_greedy(table, sos)
+  for top_k in (-1, 4):
+    ids, _ = bs.sample(table_fn(table), tf.constant(sos), 8, 0.0, top_k,
+                       seed=5)
+    np.testing.assert_array_equal(ids.numpy(), ref_ids)
+
+
+def test_sample_reproducible_with_seed():
+  table = random_table(23, length=8, vocab=9, eos_boost=-2.0, scale=0.3)
+  sos = tf.constant(np.arange(64) % 9)
+  first = bs.sample(table_fn(table), sos, 8, seed=(3, 4))
+  again = bs.sample(table_fn(table), sos, 8, seed=(3, 4))
+  other = bs.sample(table_fn(table), sos, 8, seed=(3, 5))
+  np.testing.assert_array_equal(first[0].numpy(), again[0].numpy())
+  np.testing.assert_array_equal(first[1].numpy(), again[1].numpy())
+  # 64 rows of near-uniform choices: equal draws would mean a fixed stream.
+  assert not np.array_equal(first[0].numpy(), other[0].numpy())
+
+
+@pytest.mark.parametrize("temperature,top_k", [(1.0, -1), (0.5, -1),
+                                               (2.0, 3)])
+def test_sample_frequencies_match_tempered_softmax(temperature, top_k):
+  logits = np.array([1.0, -0.5, 0.3, 2.0, 0.0], np.float32)
+  n = 20000
+
+  def fn(ids, i, cache):
+    return tf.tile(tf.constant(logits)[None], [tf.shape(ids)[0], 1]), cache
+
+  ids, scores = bs.sample(fn, tf.zeros([n], tf.int32), 1, temperature, top_k,
+                          seed=1, eos_id=99)
+  drawn = ids.numpy()[:, 1]
+  kept = np.argsort(-logits)[:top_k] if top_k > 0 else np.arange(5)
+  expected = np.zeros(5)
+  expected[kept] = np.exp(logits[kept] / temperature)
+  expected /= expected.sum()
+  freq = np.bincount(drawn, minlength=5) / n
+  tolerance = 5 * np.sqrt(expected * (1 - expected) / n) + 1e-9
+  assert np.all(np.abs(freq - expected) <= tolerance), (freq, expected)
+  log_softmax = logits - np.log(np.exp(logits).sum())  # untempered
+  np.testing.assert_allclose(scores.numpy(), log_softmax[drawn], rtol=1e-5)
+
+
+# ------------------------------------------------------------------ errors ---
+def test_bad_arguments_raise_clear_errors():
+  fn = table_fn(random_table(0, length=3, vocab=4))
+  sos = tf.constant([0])
+  cases = [
+      (lambda: bs.beam_search(fn, sos, 0, 3, 4, 0.6), "beam_size"),
+      (lambda: bs.beam_search(fn, sos, 2, 3, 4, 0.6, top_beams=3),
+       "top_beams"),
+      (lambda: bs.beam_search(fn, sos, 2, -1, 4, 0.6), "decode_length"),
+      (lambda: bs.beam_search(fn, sos, 2, 3, 5, 0.6), "vocab_size=5"),
+      (lambda: bs.beam_search(fn, tf.constant([[0]]), 2, 3, 4, 0.6),
+       "initial_ids"),
+      (lambda: bs.sample(fn, sos, 3, temperature=-1.0), "temperature"),
+      (lambda: bs.sample(fn, sos, 3, top_k=0), "top_k"),
+      (lambda: bs.sample(fn, sos, 3, seed=(1, 2, 3)), "seed"),
+  ]
+  for call, name in cases:
+    with pytest.raises(ValueError, match=name):
+      call()

@@ -5,11 +5,14 @@ punctuation words are removed, end exclusive.
 """
 
 import math
+import pathlib
+import random
 
 import pytest
 from absl import flags
 from absl.testing import flagsaver
 
+from data_gen import wsj_parsing as wp
 from t2t_keras import evalb
 from t2t_keras.cli import parse_eval
 
@@ -187,3 +190,57 @@ def test_cli_reports_error_sentences(tmp_path, capsys):
   captured = _run_cli(capsys, gold=str(gold), test=str(test))
   assert "line 2: words unmatch (cat|dog)" in captured.err
   assert "Number of Error sentence  =      1" in captured.out
+
+
+# ---- closed-form checks on real trees ---------------------------------------
+SAMPLE_DIR = (pathlib.Path(__file__).resolve().parents[1].parent / "shared" /
+              "data" / "ptb_wsj_sample")
+PUNCT = {",", ":", "``", "''", "."}
+
+
+def _countable(node):
+  """A non-terminal EVALB counts: it covers a word with a non-punct tag."""
+  return any(isinstance(k, wp.Tree) and k.is_preterminal() and
+             k.label not in PUNCT for k in _subtrees(node))
+
+
+def _subtrees(node):
+  stack, out = [node], []
+  while stack:
+    n = stack.pop()
+    out.append(n)
+    if not n.is_preterminal():
+      stack.extend(n.children)
+  return out
+
+
+@pytest.mark.skipif(not SAMPLE_DIR.is_dir(), reason="WSJ sample absent")
+def test_removing_one_bracket_per_tree_on_sample_dev_trees():
+  rng = random.Random(0)
+  gold_lines, test_lines, removed, gold_count = [], [], 0, 0
+  for n in wp.SAMPLE_FILES["dev"]:
+    for tree in wp.read_mrg_file(str(SAMPLE_DIR / f"wsj_{n:04d}.mrg")):
+      clean = wp.clean_tree(tree)
+      gold_lines.append(wp.tree_to_string(clean))
+      inner = [t for t in _subtrees(clean)
+               if t is not clean and not t.is_preterminal()]
+      gold_count += sum(map(_countable, inner))
+      # Splice one countable constituent out: its children join its parent.
+      victim = rng.choice([t for t in inner if _countable(t)])
+      for parent in _subtrees(clean):
+        ids = [id(c) for c in parent.children]
+        if not parent.is_preterminal() and id(victim) in ids:
+          i = ids.index(id(victim))
+          parent.children[i:i + 1] = victim.children
+          break
+      removed += 1
+      test_lines.append(wp.tree_to_string(clean))
+  t = evalb.evaluate(gold_lines, test_lines).all
+  assert t.valid_sentences == len(gold_lines) == removed == 127
+  # Every countable gold bracket is counted; exactly one per tree is gone.
+  assert (t.gold, t.test, t.matched) == (gold_count, gold_count - removed,
+                                         gold_count - removed)
+  assert t.precision == pytest.approx(100.0)
+  assert t.tagging_accuracy == pytest.approx(100.0)
+  same = evalb.evaluate(gold_lines, gold_lines).all
+  assert same.f1 == pytest.approx(100.0) and same.complete_match == 127

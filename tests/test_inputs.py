@@ -141,7 +141,14 @@ def test_training_repeats_and_multiplier_scales_budget(tmp_path):
   batches = [{k: v.numpy() for k, v in b.items()} for b in ds.take(40)]
   assert sum(b["inputs"].shape[0] for b in batches) > len(examples)  # repeated
   _check_budget_and_buckets(batches, hp, multiplier=2)
-  assert max(b["inputs"].shape[0] for b in batches) > max(1, hp.batch_size // 8)
+  # All examples of length 21 (20 ids + EOS) fall in bucket [20, 22): batch = 2 x single.
+  same = [{"inputs": [5] * 20 + [1], "targets": [6] * 10 + [1]} for _ in range(200)]
+  gu.generate_files(iter(same), [str(tmp_path / "same-train-00000-of-00001")])
+  single = inputs.batching_scheme(256, 64)
+  bucket = inputs.bucket_boundaries(64).index(22)
+  sizes = [b["inputs"].shape[0] for b in inputs.make_dataset(
+      str(tmp_path / "same-train*"), hp, "train", batch_size_multiplier=2, seed=1).take(5)]
+  assert sizes == [2 * single["batch_sizes"][bucket]] * 5 and sizes[0] * 21 <= 512
 
 
 def test_truncation_and_fixed_batch_size(tmp_path):

@@ -167,6 +167,13 @@ def test_delinearize_default_tag_and_token_lists():
   assert wp.tree_to_string(tree) == "(TOP (S (NP (DT a)) (NN b)))"
 
 
+def test_delinearize_deep_nesting():
+  # Decodes can nest as deep as they are long; no recursion limit applies.
+  tree = wp.delinearize("NP " * 3000 + "NN", "a")
+  assert tree.leaves() == ["a"]
+  assert wp.linearize(tree)[1] == ["NP"] * 3000 + ["NN"] + ["/NP"] * 3000
+
+
 _TOKENS = ["S", "NP", "VP", "PP", "/S", "/NP", "/VP", "/PP", "DT", "NN",
            "VBD", ".", "FOO", "/FOO", "BAR", "/"]
 
@@ -286,3 +293,22 @@ def test_gold_trees_file_matches_cleaned_trees(tmp_path):
   gold = pathlib.Path(problem.gold_trees_file(str(tmp_path), "dev"))
   assert gold.name == "parsing_english_ptb_sample.dev.trees"
   assert gold.read_text(encoding="utf-8").splitlines() == want
+
+
+# ---- flagfile -----------------------------------------------------------------
+def test_wsj_parsing_flagfile():
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from t2t_keras import hparams as hparams_lib  # pylint: disable=g-import-not-at-top
+  fv = flags.FlagValues()
+  for name in ("problem", "hparams_set", "hparams", "decode_hparams"):
+    flags.DEFINE_string(name, None, "", flag_values=fv)
+  path = REPO / "flags" / "wsj_parsing.flags"
+  fv(["prog", f"--flagfile={path}"])  # unknown flags in the file would raise
+  assert fv.problem == "parsing_english_ptb16k"
+  assert fv.problem in registry.list_problems()
+  hp = hparams_lib.create_hparams(fv.hparams_set, fv.hparams)
+  # Paper §6.3: 4 layers, d_model 1024; the rest is transformer_parsing_base.
+  assert (hp.num_hidden_layers, hp.hidden_size) == (4, 1024)
+  assert (hp.filter_size, hp.num_heads, hp.max_length) == (2048, 8, 512)
+  dhp = hparams_lib.create_decode_hparams(fv.decode_hparams)
+  assert (dhp.beam_size, dhp.alpha, dhp.extra_length) == (21, 0.3, 300)

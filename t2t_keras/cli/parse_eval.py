@@ -17,7 +17,6 @@ import tempfile
 from absl import app
 from absl import flags
 
-from data_gen import wsj_parsing
 from t2t_keras import evalb
 
 FLAGS = flags.FLAGS
@@ -39,6 +38,9 @@ flags.DEFINE_integer("cutoff_len", 40,
 def delinearize_lines(gold_lines: list[str], test_lines: list[str]
                       ) -> list[str]:
   """Trees (one-line strings) of linearized `test_lines` over gold words."""
+  # Imported here: data_gen pulls in TensorFlow, which plain tree scoring
+  # does not need (it would add seconds to every run).
+  from data_gen import wsj_parsing  # pylint: disable=g-import-not-at-top
   out = []
   for i, (g, t) in enumerate(zip(gold_lines, test_lines)):
     try:

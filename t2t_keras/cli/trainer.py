@@ -1,0 +1,127 @@
+"""t2t_keras_trainer: T2T's trainer flags on TF2 tf.distribute.
+
+  t2t_keras_trainer --problem=translate_ende_wmt32k --hparams_set=transformer_big \
+      --data_dir=$DATA --output_dir=$TRAIN --worker_gpu=8
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("problem", None, "Registered problem name, e.g. translate_ende_ding_bible8k.")
+flags.DEFINE_string("model", "transformer", "Model name; only 'transformer'.")
+flags.DEFINE_string("hparams_set", "transformer_base", "Named hyperparameter set.")
+flags.DEFINE_string("hparams", "", "Overrides, e.g. 'batch_size=2048,num_heads=16'.")
+flags.DEFINE_string("data_dir", None, "Directory of the problem's TFRecords and vocabulary.")
+flags.DEFINE_string("output_dir", None, "Checkpoints, hparams.json and TensorBoard logs.")
+flags.DEFINE_string("t2t_usr_dir", None, "A directory of modules registering user problems.")
+flags.DEFINE_integer("train_steps", 250000, "Total optimizer updates to reach.")
+flags.DEFINE_integer("eval_steps", 100, "Dev batches per evaluation (0: the whole dev set).")
+flags.DEFINE_integer("local_eval_frequency", 1000, "Checkpoint (and evaluate) every N steps.")
+flags.DEFINE_enum("schedule", "continuous_train_and_eval",
+                  ["train", "evaluate", "train_and_evaluate", "continuous_train_and_eval",
+                   "continuous_eval"], "What to run.")
+flags.DEFINE_integer("keep_checkpoint_max", 20, "Checkpoints to keep.")
+flags.DEFINE_integer("worker_gpu", None, "GPUs to use on this worker (default: all visible).")
+flags.DEFINE_integer("random_seed", None, "Seed of initialization, dropout and data order.")
+flags.DEFINE_enum("distribution_strategy", None,
+                  ["one_device", "mirrored", "multi_worker_mirrored"],
+                  "Default: mirrored when several GPUs are used, else one_device.")
+flags.DEFINE_enum("mixed_precision", "none", ["none", "bfloat16", "float16"],
+                  "Mixed precision policy (float16 uses dynamic loss scaling).")
+flags.DEFINE_bool("jit_compile", False, "Compile the train step with XLA.")
+flags.DEFINE_integer("log_every_steps", 100, "Progress line every N steps (or 30 s).")
+flags.DEFINE_string("decode_hparams", "", "Decode hparams for BLEU during evaluation.")
+flags.DEFINE_string("decode_from_file", None, "Source file to decode at each evaluation.")
+flags.DEFINE_string("decode_reference", None, "Reference of --decode_from_file for BLEU.")
+flags.DEFINE_bool("eval_bleu", False, "Decode the dev source at each evaluation and log BLEU.")
+flags.DEFINE_integer("eval_bleu_max_lines", 200, "Dev lines decoded for BLEU per evaluation.")
+
+
+def _strategy():
+  import tensorflow as tf
+
+  from t2t_keras import training
+  gpus = tf.config.list_logical_devices("GPU")
+  count = FLAGS.worker_gpu if FLAGS.worker_gpu is not None else len(gpus)
+  if count > len(gpus) and count > 1:
+    raise app.UsageError(f"--worker_gpu={count} but only {len(gpus)} GPUs are visible.")
+  name = FLAGS.distribution_strategy
+  if name is None:
+    name = "mirrored" if count > 1 else "one_device"
+  if name == "mirrored" and count >= 1:
+    return tf.distribute.MirroredStrategy([d.name for d in gpus[:count]])
+  return training.create_strategy(name)
+
+
+def main(argv):
+  del argv
+  for name in ("problem", "data_dir", "output_dir"):
+    if not getattr(FLAGS, name):
+      raise app.UsageError(f"--{name} is required.")
+  if FLAGS.model != "transformer":
+    raise app.UsageError(f"--model={FLAGS.model}: only 'transformer' is implemented.")
+  import keras
+  import tensorflow as tf
+
+  from data_gen import registry
+  from t2t_keras import experiment, training
+  from t2t_keras.hparams import create_hparams
+
+  if FLAGS.random_seed is not None:
+    keras.utils.set_random_seed(FLAGS.random_seed)
+  registry.import_usr_dir(FLAGS.t2t_usr_dir)
+  training.set_mixed_precision(FLAGS.mixed_precision)
+  hparams = create_hparams(FLAGS.hparams_set, FLAGS.hparams)
+  problem = registry.problem(FLAGS.problem, FLAGS.data_dir)
+  encoders = problem.feature_encoders(FLAGS.data_dir)
+  spec = training.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
+                            problem.target_space_id)
+  strategy = _strategy()
+  experiment.save_or_check_run_files(FLAGS.output_dir, hparams, problem.name, spec)
+  trainer = training.Trainer(hparams, spec, strategy, FLAGS.train_steps, FLAGS.jit_compile)
+  config = experiment.RunConfig(
+      output_dir=FLAGS.output_dir, train_steps=FLAGS.train_steps, eval_steps=FLAGS.eval_steps,
+      local_eval_frequency=FLAGS.local_eval_frequency,
+      keep_checkpoint_max=FLAGS.keep_checkpoint_max, random_seed=FLAGS.random_seed,
+      log_every_steps=FLAGS.log_every_steps)
+  train_pattern = problem.filepattern(FLAGS.data_dir, "train")
+  eval_pattern = problem.filepattern(FLAGS.data_dir, "dev")
+  if not tf.io.gfile.glob(eval_pattern):
+    eval_pattern = None
+  run = experiment.Experiment(trainer, config, train_pattern, eval_pattern,
+                              log=lambda line: print(line, flush=True),
+                              eval_hook=_bleu_hook(trainer, problem, encoders))
+  params = trainer.model.count_params()
+  print(f"{FLAGS.problem} / {FLAGS.hparams_set}: {params:,} parameters, "
+        f"{strategy.num_replicas_in_sync} replica(s), policy "
+        f"{keras.mixed_precision.global_policy().name}.", flush=True)
+  run.run(FLAGS.schedule)
+
+
+def _bleu_hook(trainer, problem, encoders):
+  """BLEU on the dev source (or --decode_from_file) at each evaluation, as T2T's hook."""
+  if not (FLAGS.eval_bleu or FLAGS.decode_from_file):
+    return None
+  source = FLAGS.decode_from_file or problem.text_file(FLAGS.data_dir, "dev", "inputs")
+  reference = FLAGS.decode_reference or (None if FLAGS.decode_from_file else
+                                         problem.text_file(FLAGS.data_dir, "dev", "targets"))
+  if reference is None:
+    raise app.UsageError("--decode_from_file needs --decode_reference for BLEU in evaluation.")
+  from t2t_keras import decoding
+  from t2t_keras.hparams import create_decode_hparams
+  decode_hp = create_decode_hparams(FLAGS.decode_hparams)
+  return decoding.make_bleu_hook(trainer.model, encoders, decode_hp, source, reference,
+                                 max_lines=FLAGS.eval_bleu_max_lines)
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

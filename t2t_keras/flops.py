@@ -1,0 +1,33 @@
+"""Matmul FLOPs of the Transformer, the cost measure of the paper's Table 2.
+
+Counts 2 FLOPs per multiply-add of every matmul actually executed on a padded
+batch (projections, attention scores and mixes, FFN, softmax); element-wise ops
+are ignored. A training step costs three forward passes (forward, and the two
+matmuls of the backward pass per forward matmul).
+"""
+
+from __future__ import annotations
+
+from t2t_keras.hparams import HParams
+
+
+def forward_flops(hp: HParams, target_vocab_size: int, batch: int, input_length: int,
+                  target_length: int) -> float:
+  """Forward-pass matmul FLOPs of one padded batch `[batch, input/target_length]`."""
+  d, f, kc, vc = hp.hidden_size, hp.filter_size, hp.key_channels, hp.value_channels
+  src, tgt = batch * input_length, batch * target_length
+  projections = 2 * d * kc + 2 * d * vc  # q, k, v, output_transform
+  ffn = 2 * d * f
+  encoder = hp.encoder_layers * src * (projections + ffn + input_length * (kc + vc))
+  decoder = hp.decoder_layers * (
+      tgt * (projections + target_length * (kc + vc))          # self-attention
+      + tgt * (d * kc + vc * d + input_length * (kc + vc))      # enc-dec q, output, scores
+      + src * (d * kc + d * vc)                                 # enc-dec k, v
+      + tgt * ffn)
+  softmax = tgt * d * target_vocab_size
+  return 2.0 * (encoder + decoder + softmax)
+
+
+def training_flops(hp: HParams, target_vocab_size: int, batch: int, input_length: int,
+                   target_length: int) -> float:
+  return 3.0 * forward_flops(hp, target_vocab_size, batch, input_length, target_length)

@@ -1,0 +1,231 @@
+"""Training with tf.distribute: T2T's loss semantics, accumulation, checkpoints.
+
+One optimizer update ("step", T2T's global step) consumes
+`optimizer_multistep_accumulate_steps` micro-batches (1 if unset) on every
+replica. Its loss is T2T's: the sum of token losses over all micro-batches and
+replicas divided by the sum of their non-pad weights, so that accumulating 4
+micro-batches or splitting a batch over replicas gives the update of one big
+batch. Gradients are all-reduced once, by us, so that the global gradient norm
+is known for clipping and summaries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, Dict, Iterator, Optional
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from t2t_keras import flops as flops_lib
+from t2t_keras import losses, metrics
+from t2t_keras.hparams import HParams
+from t2t_keras.model import Transformer
+from t2t_keras.optimization import T2TLearningRateSchedule
+
+
+class NonFiniteLossError(RuntimeError):
+  pass
+
+
+class ReducedAdam(keras.optimizers.Adam):
+  """Adam that trusts its gradients to be all-reduced already (we do it once).
+
+  Keras sums gradients across replicas inside `apply_gradients`; the trainer
+  all-reduces them itself first (to clip by the global norm and report it), so
+  the optimizer's own reduction is skipped. Covered by the MirroredStrategy test.
+  """
+
+  def _all_reduce_sum_gradients(self, grads_and_vars):
+    return list(grads_and_vars)
+
+
+def create_strategy(name: Optional[str] = None) -> tf.distribute.Strategy:
+  """one_device, mirrored or multi_worker_mirrored; None picks mirrored on >1 GPU."""
+  gpus = tf.config.list_logical_devices("GPU")
+  if name is None:
+    name = "mirrored" if len(gpus) > 1 else "one_device"
+  if name == "one_device":
+    return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
+  if name == "mirrored":
+    return tf.distribute.MirroredStrategy()
+  if name == "multi_worker_mirrored":
+    return tf.distribute.MultiWorkerMirroredStrategy()
+  raise ValueError("distribution_strategy must be one_device, mirrored or "
+                   f"multi_worker_mirrored, got {name!r}.")
+
+
+def set_mixed_precision(mode: str) -> None:
+  """mode: none, bfloat16 or float16 (the latter trains with dynamic loss scaling)."""
+  policies = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+  if mode not in policies:
+    raise ValueError(f"mixed_precision must be one of {sorted(policies)}, got {mode!r}.")
+  keras.mixed_precision.set_global_policy(policies[mode])
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+  """What the model needs to know of the problem."""
+  input_vocab_size: int
+  target_vocab_size: int
+  target_space_id: int = 0
+
+
+class Trainer:
+  """Owns model, optimizer and their train/eval steps under a strategy.
+
+  Args:
+    hparams: HParams.
+    spec: vocabulary sizes and target space of the problem.
+    strategy: a tf.distribute.Strategy (one_device for a single CPU/GPU).
+    train_steps: the total number of updates (for schedules that decay to it).
+    jit_compile: compile the step functions with XLA.
+  """
+
+  def __init__(self, hparams: HParams, spec: ModelSpec, strategy: tf.distribute.Strategy,
+               train_steps: int = 250000, jit_compile: bool = False):
+    self.hparams = hparams
+    self.spec = spec
+    self.strategy = strategy
+    self.jit_compile = jit_compile
+    self.accumulate_steps = max(1, hparams.optimizer_multistep_accumulate_steps)
+    with strategy.scope():
+      self.model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
+                               spec.target_space_id, name="transformer")
+      self.model.build()
+      optimizer = ReducedAdam(
+          learning_rate=T2TLearningRateSchedule(hparams, train_steps),
+          beta_1=hparams.optimizer_adam_beta1, beta_2=hparams.optimizer_adam_beta2,
+          epsilon=hparams.optimizer_adam_epsilon)
+      if keras.mixed_precision.global_policy().name == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+      self.optimizer = optimizer
+      self.optimizer.build(self.model.trainable_variables)
+    self.schedule = T2TLearningRateSchedule(hparams, train_steps)
+    self._train_fn = None
+    self._eval_fn = None
+
+  @property
+  def step(self) -> int:
+    return int(self.optimizer.iterations.numpy())
+
+  # -- Train step --------------------------------------------------------------
+
+  def _replica_grads(self, batch):
+    """Gradients of the summed token loss of one micro-batch on one replica."""
+    variables = self.model.trainable_variables
+    with tf.GradientTape() as tape:
+      logits = self.model(batch, training=True)
+      num, den = losses.padded_cross_entropy(logits, batch["targets"],
+                                             self.hparams.label_smoothing)
+      scaled = num
+      if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+        scaled = self.optimizer.scale_loss(num)
+    grads = tape.gradient(scaled, variables)
+    tokens = (tf.reduce_sum(tf.cast(batch["inputs"] != 0, tf.float32)) +
+              tf.reduce_sum(tf.cast(batch["targets"] != 0, tf.float32)))
+    return [tf.convert_to_tensor(g) for g in grads], num, den, tokens
+
+  def _replica_apply(self, grads, num, den):
+    """All-reduce, normalize by the global token count, clip, apply (replica context)."""
+    ctx = tf.distribute.get_replica_context()
+    grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+    num, den = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [num, den])
+    den = tf.maximum(den, 1.0)
+    grads = [g / tf.cast(den, g.dtype) for g in grads]
+    hp = self.hparams
+    variables = self.model.trainable_variables
+    scale = self._loss_scale()
+    if hp.weight_decay:
+      # T2T adds weight_decay * l2_loss(v) (gradient weight_decay * v) for all but biases.
+      grads = [g if _is_bias(v) else g + tf.cast(hp.weight_decay * scale, g.dtype) * v
+               for g, v in zip(grads, variables)]
+    grad_norm = tf.linalg.global_norm(grads) / scale
+    if hp.clip_grad_norm:
+      grads, _ = tf.clip_by_global_norm(grads, hp.clip_grad_norm * scale,
+                                        use_norm=grad_norm * scale)
+    self.optimizer.apply_gradients(zip(grads, variables))
+    return num / den, grad_norm
+
+  def _loss_scale(self) -> tf.Tensor:
+    if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+      return tf.cast(self.optimizer.dynamic_scale, tf.float32)
+    return tf.constant(1.0)
+
+  def _build_train_fn(self):
+    strategy = self.strategy
+
+    def step_fn(iterator):
+      acc_grads = acc_num = acc_den = acc_tokens = None
+      for k in range(self.accumulate_steps):  # unrolled: accumulation is exact sums
+        grads, num, den, tokens = strategy.run(self._replica_grads, args=(next(iterator),))
+        if k == 0:
+          acc_grads, acc_num, acc_den, acc_tokens = grads, num, den, tokens
+        else:
+          acc_grads, acc_num, acc_den, acc_tokens = strategy.run(
+              lambda a, b, c, d, e, f, g, h: ([x + y for x, y in zip(a, b)], c + d, e + f,
+                                              g + h),
+              args=(acc_grads, grads, acc_num, num, acc_den, den, acc_tokens, tokens))
+      loss, grad_norm = strategy.run(self._replica_apply, args=(acc_grads, acc_num, acc_den))
+      loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
+      grad_norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, grad_norm, axis=None)
+      tokens = strategy.reduce(tf.distribute.ReduceOp.SUM, acc_tokens, axis=None)
+      return {"loss": loss, "grad_norm": grad_norm, "tokens": tokens}
+
+    return tf.function(step_fn, jit_compile=self.jit_compile or None)
+
+  def train_step(self, iterator: Iterator) -> Dict[str, float]:
+    """One update from `accumulate_steps` micro-batches of a distributed iterator."""
+    if self._train_fn is None:
+      self._train_fn = self._build_train_fn()
+    out = self._train_fn(iterator)
+    return {k: float(v) for k, v in out.items()}
+
+  # -- Evaluation ---------------------------------------------------------------
+
+  def _build_eval_fn(self):
+    def replica_fn(batch):
+      logits = self.model(batch, training=False)  # dropout off; loss unsmoothed
+      return metrics.metric_sums(logits, batch["targets"])
+
+    def eval_fn(batch):
+      sums = self.strategy.run(replica_fn, args=(batch,))
+      return {k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
+              for k, v in sums.items()}
+
+    return tf.function(eval_fn, reduce_retracing=True)
+
+  def evaluate(self, dataset, steps: Optional[int] = None) -> Dict[str, float]:
+    """T2T eval metrics over `steps` batches (all when None) of a distributed dataset."""
+    if self._eval_fn is None:
+      self._eval_fn = self._build_eval_fn()
+    totals = {k: 0.0 for k in metrics.SUM_KEYS}
+    for i, batch in enumerate(dataset):
+      if steps is not None and i >= steps:
+        break
+      for k, v in self._eval_fn(batch).items():
+        totals[k] += float(v)
+    return metrics.finalize(totals)
+
+  def learning_rate(self) -> float:
+    return float(self.schedule(self.optimizer.iterations))
+
+  def flops_per_token_pair(self) -> Callable[[int, int, int], float]:
+    return lambda b, li, lt: flops_lib.training_flops(
+        self.hparams, self.spec.target_vocab_size, b, li, lt)
+
+
+def _is_bias(variable) -> bool:
+  name = variable.path if hasattr(variable, "path") else variable.name
+  return len(variable.shape) == 1 and (name.endswith("bias") or name.endswith("beta"))
+
+
+def check_finite(metrics_: Dict[str, float], step: int) -> None:
+  if not np.isfinite(metrics_["loss"]):
+    raise NonFiniteLossError(
+        f"Training loss became {metrics_['loss']} at step {step}. The last good "
+        "checkpoint is left intact; lower the learning rate (--hparams="
+        "'learning_rate_constant=...'), enable clipping ('clip_grad_norm=1.0'), or use "
+        "--mixed_precision=bfloat16 instead of float16.")
