@@ -102,7 +102,8 @@ def generate_files(examples: Iterable[Dict[str, Sequence[int]]], output_paths: S
     for example in examples:
       if max_cases is not None and count >= max_cases:
         break
-      writers[count % len(writers)].write(to_example(example).SerializeToString())
+      writers[count % len(writers)].write(
+          to_example(example).SerializeToString(deterministic=True))  # byte-identical reruns
       count += 1
       if progress is not None and count % progress_every == 0:
         progress(stage, count, max_cases)
@@ -128,10 +129,18 @@ def shuffle_shards(unshuffled_paths: Sequence[str], final_paths: Sequence[str],
   The shard at position i uses seed `random_seed + i`, so reruns are reproducible.
   """
   for i, (src, dst) in enumerate(zip(unshuffled_paths, final_paths)):
-    records = [r.numpy() for r in tf.data.TFRecordDataset(src)]
+    records = read_records(src)
     random.Random(random_seed + i).shuffle(records)
     write_tfrecords_atomic(dst, records)
     os.remove(src)
+
+
+def read_records(path: str) -> List[bytes]:
+  """All serialized records of one TFRecord file (one batched read, not per record)."""
+  records: List[bytes] = []
+  for chunk in tf.data.TFRecordDataset(path).batch(1 << 16):
+    records.extend(chunk.numpy().tolist())
+  return records
 
 
 def shard_stats(paths: Sequence[str]) -> Dict[str, int]:

@@ -1,4 +1,4 @@
-"""In-graph twin of `SubwordTextEncoder`: TensorFlow + TF Text ops only.
+r"""In-graph twin of `SubwordTextEncoder`: TensorFlow + TF Text ops only.
 
 `GraphSubwordEncoder(vocab_filename)` encodes `[batch]` strings to ragged
 subtoken ids and decodes ids back to strings, giving exactly the ids and
@@ -12,13 +12,17 @@ Encode, step by step (`[batch]` strings):
    (the same Unicode data as the Python tokenizer, not RE2's);
 2. tokens start where the class changes; single-space tokens that are neither
    first nor last are dropped;
-3. escape each character (`\\` -> `\\\\`, `_` -> `\\u`, not in the alphabet
-   hash table -> `\\<ord>;`), join per token and append `_`;
+3. escape each character (`\` -> `\\`, `_` -> `\u`, not in the alphabet
+   hash table -> `\<ord>;`), join per token and append `_`;
 4. greedy longest-prefix segmentation with `tensorflow_text.WordpieceTokenizer`
    (`suffix_indicator=""`) over a `StaticHashTable` subtoken -> id.
 Decode reverses it: gather subtoken strings, join, split at `_`, unescape with
 `regex_split` (kept delimiters) + `string_to_number` + `unicode_encode`, and
 put a space between adjacent tokens that start with alphanumeric characters.
+
+Inputs must be valid UTF-8 (else `InvalidArgumentError`).  One corner differs
+from Python: ids whose `\<n>;` escape names a surrogate code point decode to
+U+FFFD here, where Python returns a lone surrogate (which has no UTF-8 form).
 
 SavedModel: the tables are built from in-memory tensors when the module is
 constructed, so they are saved with it.  Pass the vocab path as a string or as
@@ -172,8 +176,8 @@ class GraphSubwordEncoder(tf.Module):
     is_start = tf.logical_or(pos == 0, tf.not_equal(alnum, prev_alnum))
     starts = tf.where(is_start)[:, 0]
     token_of_char = tf.cumsum(tf.cast(is_start, tf.int64)) - 1
-    token_len = tf.experimental.numpy.diff(
-        tf.concat([starts, tf.size(cp, out_type=tf.int64)[tf.newaxis]], 0))
+    token_len = tf.concat(
+        [starts[1:], tf.size(cp, out_type=tf.int64)[tf.newaxis]], 0) - starts
     token_pos = tf.gather(pos, starts)
     is_last = tf.equal(token_pos + token_len, tf.gather(row_len, starts))
     is_space = tf.logical_and(token_len == 1, tf.gather(cp, starts) == 32)

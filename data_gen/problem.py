@@ -11,6 +11,8 @@ A problem turns raw text pairs into a vocabulary plus sharded TFRecords of
 exist is skipped, the vocab is reused when present.
 """
 
+import glob
+import logging
 import os
 import time
 from typing import Any, Dict, Iterator, List, Optional
@@ -225,12 +227,14 @@ class Text2TextProblem(Problem):
     if progress is not None:
       progress("vocab", 0, None)
     encoders = self.get_or_create_vocab(data_dir, tmp_dir)
+    # Shards encoded with an older vocab are stale once a new vocab was built.
+    fresh_vocab = self.vocab_seconds > 0
     result = {"splits": {}, "vocab_seconds": self.vocab_seconds}
     for spec in self.dataset_splits:
       split = spec["split"]
       shards = num_shards if (num_shards and split == DatasetSplit.TRAIN) else spec["shards"]
       final = self.shard_paths(data_dir, split, shards)
-      skipped = self._split_done(data_dir, split, shards)
+      skipped = not fresh_vocab and self._split_done(data_dir, split, shards)
       if not skipped:
         self._generate_split(data_dir, tmp_dir, split, shards, encoders, max_cases,
                              random_seed, progress)
@@ -257,3 +261,8 @@ class Text2TextProblem(Problem):
     if progress is not None:
       progress(split + " shuffle", 0, len(final))
     generator_utils.shuffle_shards(unshuffled, final, random_seed)
+    # Shards of an earlier run with another shard count would match filepattern too.
+    for path in glob.glob(os.path.join(data_dir, "%s-%s-[0-9]*-of-[0-9]*" % (self.name, split))):
+      if path not in final and not path.endswith(generator_utils.TMP_SUFFIX):
+        logging.info("removing stale shard %s", path)
+        os.remove(path)

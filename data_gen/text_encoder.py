@@ -216,6 +216,9 @@ class SubwordTextEncoder(TextEncoder):
     return self._max_subtoken_len
 
   def _tokens_to_subtoken_ids(self, tokens: Iterable[str]) -> list[int]:
+    if not self._subtoken_string_to_id:
+      raise ValueError("This SubwordTextEncoder has no vocabulary: pass a vocab "
+                       "file to the constructor or build one first")
     ret = []
     for token in tokens:
       ids = self._cache.get(token)

@@ -184,12 +184,12 @@ def _grow_topk(symbols_to_logits_fn, state: _BeamState, beam_size: int,
   # [batch, beam, V]: log-prob of each one-token extension of each beam.
   log_probs = (tf.nn.log_softmax(logits) +
                state.alive_log_probs[:, :, None])
-  penalty = length_penalty(state.i + 1, alpha)
   flat_log_probs = tf.reshape(log_probs, [batch_size, beam_size * vocab_size])
   # [batch, 2*beam]: 2 * beam guarantees >= beam candidates that are not EOS.
-  topk_scores, topk_flat = tf.math.top_k(flat_log_probs / penalty,
-                                         k=2 * beam_size)
-  topk_log_probs = tf.gather(flat_log_probs, topk_flat, batch_dims=1)
+  # One penalty for all candidates, so rank by log-prob and divide only the
+  # 2 * beam winners (T2T divides all beam * V first: same order).
+  topk_log_probs, topk_flat = tf.math.top_k(flat_log_probs, k=2 * beam_size)
+  topk_scores = topk_log_probs / length_penalty(state.i + 1, alpha)
   topk_beam = topk_flat // vocab_size
   topk_ids = topk_flat % vocab_size
   topk_seq = gather_beams(state.alive_seq, topk_beam)  # [batch, 2*beam, L+1]

@@ -110,30 +110,29 @@ def _parse(serialized: tf.Tensor) -> Dict[str, tf.RaggedTensor]:
   return tf.io.parse_example(serialized, spec)
 
 
-def _truncate(hparams):
-  """T2T `preprocess_example_common`: cut inputs/targets to max_*_seq_length when > 0."""
+def _parse_batch_fn(hparams, min_length: int, max_length: int,
+                    drop_counter: Optional[tf.Variable]):
+  """Parses a batch of serialized examples, truncates and length-filters it, vectorized.
+
+  Truncation is T2T's `preprocess_example_common` (max_input_seq_length /
+  max_target_seq_length when > 0); the filter keeps min_length <= length <= max_length.
+  """
   max_in = int(getattr(hparams, "max_input_seq_length", 0) or 0)
   max_tgt = int(getattr(hparams, "max_target_seq_length", 0) or 0)
 
-  def fn(ex):
+  def fn(serialized):
+    ex = _parse(serialized)
     if max_in > 0:
-      ex["inputs"] = ex["inputs"][:max_in]
+      ex["inputs"] = ex["inputs"][:, :max_in]
     if max_tgt > 0:
-      ex["targets"] = ex["targets"][:max_tgt]
-    return ex
-
-  return fn if (max_in > 0 or max_tgt > 0) else None
-
-
-def _length_filter(min_length: int, max_length: int, drop_counter: Optional[tf.Variable]):
-  def keep(ex):
-    length = example_length(ex)
-    ok = tf.logical_and(length >= min_length, length <= max_length)
+      ex["targets"] = ex["targets"][:, :max_tgt]
+    length = tf.maximum(ex["inputs"].row_lengths(), ex["targets"].row_lengths())
+    keep = tf.logical_and(length >= min_length, length <= max_length)
     if drop_counter is not None:
-      drop_counter.assign_add(tf.cast(tf.logical_not(ok), drop_counter.dtype))
-    return ok
+      drop_counter.assign_add(tf.reduce_sum(tf.cast(tf.logical_not(keep), drop_counter.dtype)))
+    return {k: tf.ragged.boolean_mask(v, keep) for k, v in ex.items()}
 
-  return keep
+  return fn
 
 
 def _read_records(files: List[str], training: bool, shuffle: bool, repeat: bool,
@@ -193,15 +192,12 @@ def make_dataset(filepattern: str, hparams, mode: str, *, batch_size_multiplier:
   scheme = hparams_to_batching_scheme(hparams, drop_long, batch_size_multiplier)
 
   ds = _read_records(files, training, shuffle, repeat, seed, deterministic)
-  ds = ds.batch(_PARSE_BATCH).map(_parse, num_parallel_calls=tf.data.AUTOTUNE,
+  parse = _parse_batch_fn(hparams, scheme["min_length"], scheme["max_length"], drop_counter)
+  ds = ds.batch(_PARSE_BATCH).map(parse, num_parallel_calls=tf.data.AUTOTUNE,
                                   deterministic=True).unbatch()
   # Unbatched ragged rows arrive as rank-0-ragged specs; make them plain tensors.
   ds = ds.map(lambda ex: {k: tf.identity(v) for k, v in ex.items()},
               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  truncate = _truncate(hparams)
-  if truncate is not None:
-    ds = ds.map(truncate, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  ds = ds.filter(_length_filter(scheme["min_length"], scheme["max_length"], drop_counter))
   if getattr(hparams, "use_fixed_batch_size", False):
     # T2T: batch_size then counts examples per replica, no bucketing.
     ds = ds.padded_batch(hparams.batch_size * batch_size_multiplier)

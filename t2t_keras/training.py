@@ -43,7 +43,13 @@ class ReducedAdam(keras.optimizers.Adam):
 
 
 def create_strategy(name: Optional[str] = None) -> tf.distribute.Strategy:
-  """one_device, mirrored or multi_worker_mirrored; None picks mirrored on >1 GPU."""
+  """one_device, mirrored or multi_worker_mirrored; None picks mirrored on >1 GPU.
+
+  multi_worker_mirrored reads TF_CONFIG and must be created before any other op
+  initializes the TensorFlow runtime.
+  """
+  if name == "multi_worker_mirrored":
+    return tf.distribute.MultiWorkerMirroredStrategy()
   gpus = tf.config.list_logical_devices("GPU")
   if name is None:
     name = "mirrored" if len(gpus) > 1 else "one_device"
@@ -51,8 +57,6 @@ def create_strategy(name: Optional[str] = None) -> tf.distribute.Strategy:
     return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
   if name == "mirrored":
     return tf.distribute.MirroredStrategy()
-  if name == "multi_worker_mirrored":
-    return tf.distribute.MultiWorkerMirroredStrategy()
   raise ValueError("distribution_strategy must be one_device, mirrored or "
                    f"multi_worker_mirrored, got {name!r}.")
 

@@ -12,7 +12,7 @@ from data_gen import graph_text_encoder
 from data_gen import text_encoder
 from data_gen import tokenizer
 
-_SETTINGS = hypothesis.settings(max_examples=120, deadline=None)
+_SETTINGS = hypothesis.settings(max_examples=100, deadline=None)
 _SPECIAL = list("_\\ \n\t0123456789;u.,'-") + [
     "\u00e4", "\u00df", "\u0301", "\u00bd", "\U0001F44D", "\U0001F3FD",
     "\u4e2d", "\u3000", "\x00"]

@@ -207,6 +207,23 @@ def test_half_written_temp_file_does_not_count_as_done(generated_ding):
   assert len(_shard_examples([dev])) == result["splits"]["dev"]["examples"] > 0
 
 
+def test_other_shard_count_replaces_old_shards(generated_ding):
+  p, data_dir, tmp_dir, *_ = generated_ding
+  result = p.generate_data(data_dir, tmp_dir, num_shards=2)
+  train = sorted(f for f in os.listdir(data_dir) if "-train-" in f)
+  assert train == ["%s-train-%05d-of-00002" % (DING, i) for i in range(2)]
+  assert len(_shard_examples([os.path.join(data_dir, f) for f in train])) == \
+      result["splits"]["train"]["examples"]
+
+
+def test_new_vocab_regenerates_every_split(generated_ding):
+  p, data_dir, tmp_dir, *_ = generated_ding
+  os.remove(os.path.join(data_dir, p.vocab_filename))
+  result = p.generate_data(data_dir, tmp_dir, num_shards=3)
+  assert result["vocab_seconds"] > 0
+  assert not any(s["skipped"] for s in result["splits"].values())
+
+
 # ---- translate_from_files -----------------------------------------------------------------
 def test_from_files_config_round_trip(fake_parallel_files, tmp_path):
   f = fake_parallel_files
@@ -227,6 +244,18 @@ def test_from_files_config_round_trip(fake_parallel_files, tmp_path):
                              vocab_size=64)
   with pytest.raises(ValueError, match="already holds translate_from_files data"):
     other.generate_data(data_dir, str(tmp_path / "tmp"))
+
+
+def test_generation_is_byte_identical_across_runs(fake_parallel_files, tmp_path):
+  f = fake_parallel_files
+  contents = []
+  for run in ("a", "b"):
+    data_dir = tmp_path / run
+    TranslateFromFiles(f["train_source"], f["train_target"], f["dev_source"], f["dev_target"],
+                       vocab_size=64).generate_data(str(data_dir), str(tmp_path / "tmp"),
+                                                    num_shards=2)
+    contents.append({p.name: p.read_bytes() for p in sorted(data_dir.iterdir())})
+  assert contents[0] == contents[1] and len(contents[0]) == 7  # 3 shards, 2 texts, vocab, config
 
 
 def test_from_files_bad_input(fake_parallel_files, tmp_path):

@@ -46,6 +46,9 @@ def _strategy():
   import tensorflow as tf
 
   from t2t_keras import training
+  if FLAGS.distribution_strategy == "multi_worker_mirrored":
+    # Must exist before any other TensorFlow op initializes the runtime.
+    return training.create_strategy("multi_worker_mirrored")
   gpus = tf.config.list_logical_devices("GPU")
   count = FLAGS.worker_gpu if FLAGS.worker_gpu is not None else len(gpus)
   if count > len(gpus) and count > 1:
@@ -72,6 +75,7 @@ def main(argv):
   from t2t_keras import experiment, training
   from t2t_keras.hparams import create_hparams
 
+  strategy = _strategy()
   if FLAGS.random_seed is not None:
     keras.utils.set_random_seed(FLAGS.random_seed)
   registry.import_usr_dir(FLAGS.t2t_usr_dir)
@@ -81,7 +85,6 @@ def main(argv):
   encoders = problem.feature_encoders(FLAGS.data_dir)
   spec = training.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
                             problem.target_space_id)
-  strategy = _strategy()
   experiment.save_or_check_run_files(FLAGS.output_dir, hparams, problem.name, spec)
   trainer = training.Trainer(hparams, spec, strategy, FLAGS.train_steps, FLAGS.jit_compile)
   config = experiment.RunConfig(

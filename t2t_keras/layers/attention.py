@@ -117,6 +117,27 @@ class MultiHeadAttention(keras.layers.Layer):
     return (split_heads(self.k(memory), self.num_heads),
             split_heads(self.v(memory), self.num_heads))
 
+  def _attention_weights(self, q, k, bias):
+    """softmax(q·kᵀ·depth^-0.5 + bias): `[batch, heads, length_q, length_kv]`."""
+    q *= tf.cast((self.key_channels // self.num_heads) ** -0.5, q.dtype)
+    # Bias and softmax in float32, whatever the compute dtype: -1e9 then stays
+    # finite for float16 and bfloat16 exp sums keep their precision.
+    logits = tf.cast(tf.matmul(q, k, transpose_b=True), tf.float32)
+    if bias is not None:
+      logits += tf.cast(bias, tf.float32)
+    return tf.cast(tf.nn.softmax(logits), q.dtype)
+
+  def attention_weights(self, query_antecedent, memory_antecedent=None, bias=None):
+    """The attention distribution of `call` (no dropout), for inspection.
+
+    Returns:
+      float `[batch, heads, length_q, length_kv]`.
+    """
+    source = query_antecedent if memory_antecedent is None else memory_antecedent
+    q = split_heads(self.q(query_antecedent), self.num_heads)
+    k = split_heads(self.k(source), self.num_heads)
+    return self._attention_weights(q, k, bias)
+
   def call(self, query_antecedent, memory_antecedent=None, bias=None, training=None,
            cache: Optional[Dict[str, tf.Tensor]] = None, decode_index=None):
     q = split_heads(self.q(query_antecedent), self.num_heads)
@@ -133,13 +154,7 @@ class MultiHeadAttention(keras.layers.Layer):
         k = cache["k"] * (1 - mask) + k * mask
         v = cache["v"] * (1 - mask) + v * mask
         new_cache = {"k": k, "v": v}
-    q *= tf.cast((self.key_channels // self.num_heads) ** -0.5, q.dtype)
-    # Bias and softmax in float32, whatever the compute dtype: -1e9 then stays
-    # finite for float16 and bfloat16 exp sums keep their precision.
-    logits = tf.cast(tf.matmul(q, k, transpose_b=True), tf.float32)
-    if bias is not None:
-      logits += tf.cast(bias, tf.float32)
-    weights = tf.cast(tf.nn.softmax(logits), q.dtype)
+    weights = self._attention_weights(q, k, bias)
     weights = self.dropout(weights, training=training)
     x = combine_heads(tf.matmul(weights, v))
     x = self.output_transform(x)

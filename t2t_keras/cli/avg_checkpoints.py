@@ -1,0 +1,48 @@
+"""t2t_keras_avg_checkpoints: average the last N checkpoints (T2T's avg_checkpoints.py).
+
+  t2t_keras_avg_checkpoints --prefix=$TRAIN_DIR --num_last_checkpoints=20 \
+      --output_path=$TRAIN_DIR/averaged/averaged.ckpt
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("checkpoints", "", "Comma-separated checkpoint prefixes to average.")
+flags.DEFINE_string("prefix", "", "Training --output_dir whose last checkpoints are averaged.")
+flags.DEFINE_integer("num_last_checkpoints", 0, "Average the last N checkpoints of --prefix.")
+flags.DEFINE_string("output_path", "/tmp/averaged.ckpt", "Prefix of the averaged checkpoint.")
+flags.DEFINE_string("output_dir", None,
+                    "Run directory with hparams.json (default: --prefix, or the first "
+                    "checkpoint's directory).")
+
+
+def main(argv):
+  del argv
+  from t2t_keras import avg_checkpoints, experiment
+  from t2t_keras.model import Transformer
+  if FLAGS.checkpoints:
+    paths = [p.strip() for p in FLAGS.checkpoints.split(",") if p.strip()]
+  elif FLAGS.prefix and FLAGS.num_last_checkpoints:
+    paths = avg_checkpoints.last_checkpoints(FLAGS.prefix, FLAGS.num_last_checkpoints)
+  else:
+    raise app.UsageError("Give --checkpoints, or --prefix with --num_last_checkpoints.")
+  run_dir = FLAGS.output_dir or FLAGS.prefix or os.path.dirname(paths[0])
+  hparams, _, spec = experiment.load_run_files(run_dir)
+  model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
+                      spec.target_space_id, name="transformer")
+  model.build()
+  print(f"Averaging {len(paths)} checkpoints: " + ", ".join(os.path.basename(p) for p in paths))
+  written = avg_checkpoints.average_checkpoints(model, paths, FLAGS.output_path)
+  print(f"Averaged checkpoint written to {written}")
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

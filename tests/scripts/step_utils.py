@@ -1,0 +1,45 @@
+"""Helpers to compare single training steps exactly."""
+
+import numpy as np
+import tensorflow as tf
+
+# Dropout off, and Adam with epsilon far above sqrt(v): the first update is then
+# lr * g / epsilon, linear in the gradient, so equal weights mean equal gradients
+# (plain Adam's first step is about lr * sign(g) and would hide a wrong scale).
+LINEAR_ADAM = ("layer_prepostprocess_dropout=0,attention_dropout=0,relu_dropout=0,"
+               "learning_rate_schedule=constant,learning_rate_constant=10,"
+               "optimizer_adam_epsilon=10")
+
+
+def batches(count, seed, vocab=40):
+  """`count` batches of different sizes and lengths, with padding."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for k in range(count):
+    n, li, lt = 2 + k, 5 + 2 * k, 4 + k
+    inputs = rng.integers(2, vocab, size=(n, li))
+    targets = rng.integers(2, vocab, size=(n, lt))
+    inputs[0, li - 2:] = 0
+    targets[-1, lt - 2:] = 0
+    out.append({"inputs": inputs.astype(np.int64), "targets": targets.astype(np.int64)})
+  return out
+
+
+def concat(parts):
+  """One batch holding all rows of `parts`, 0-padded to the longest."""
+  out = {}
+  for key in ("inputs", "targets"):
+    length = max(p[key].shape[1] for p in parts)
+    out[key] = np.concatenate([np.pad(p[key], [[0, 0], [0, length - p[key].shape[1]]])
+                               for p in parts])
+  return out
+
+
+def one_step(trainer, parts):
+  """Feeds `parts` in order (replica by replica, micro-batch by micro-batch)."""
+  def gen():
+    yield from parts
+  spec = {k: tf.TensorSpec([None, None], tf.int64) for k in ("inputs", "targets")}
+  ds = tf.data.Dataset.from_generator(gen, output_signature=spec)
+  dist = trainer.strategy.distribute_datasets_from_function(lambda ctx: ds)
+  return trainer.train_step(iter(dist))

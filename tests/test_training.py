@@ -1,0 +1,192 @@
+"""Trainer semantics: replicas, accumulation, resume after SIGKILL, failures."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.scripts.step_utils import LINEAR_ADAM, batches, concat, one_step
+from tests.tiny_problem import make_tiny_problem
+from t2t_keras import experiment
+from t2t_keras.hparams import create_hparams
+from t2t_keras.training import ModelSpec, NonFiniteLossError, Trainer, create_strategy
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+SPEC = ModelSpec(40, 40, 3)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  return make_tiny_problem(str(tmp_path_factory.mktemp("tiny")))
+
+
+def _trainer_cmd(data_dir, output_dir, *extra):
+  return [sys.executable, "-m", "t2t_keras.cli.trainer", "--problem=translate_from_files",
+          f"--data_dir={data_dir}", f"--output_dir={output_dir}",
+          "--hparams_set=transformer_tiny",
+          "--hparams=batch_size=256,learning_rate_warmup_steps=50,num_hidden_layers=1",
+          "--schedule=train", "--log_every_steps=1", *extra]
+
+
+def test_mirrored_two_cpus_equals_one_device():
+  out = subprocess.run([sys.executable, os.path.join(REPO, "tests/scripts/mirrored_step.py"),
+                        REPO], env=ENV, capture_output=True, text=True, timeout=300)
+  match = re.search(r"REPLICAS (\d+) DIFF (\S+) MOVED (\S+)", out.stdout)
+  assert match, out.stdout + out.stderr
+  assert int(match.group(1)) == 2
+  assert float(match.group(3)) > 1e-3  # the step did move the weights
+  assert float(match.group(2)) < 1e-5
+
+
+def test_accumulating_four_micro_batches_equals_their_concatenation():
+  parts = batches(4, seed=1)
+  accumulating = Trainer(create_hparams("transformer_tiny", LINEAR_ADAM +
+                                        ",optimizer_multistep_accumulate_steps=4"),
+                         SPEC, create_strategy("one_device"))
+  single = Trainer(create_hparams("transformer_tiny", LINEAR_ADAM), SPEC,
+                   create_strategy("one_device"))
+  single.model.set_weights(accumulating.model.get_weights())
+  start = [np.array(w) for w in single.model.get_weights()]
+  got = one_step(accumulating, parts)
+  want = one_step(single, [concat(parts)])
+  assert accumulating.step == single.step == 1
+  np.testing.assert_allclose(got["loss"], want["loss"], rtol=1e-5)
+  moved = max(np.abs(a - b).max() for a, b in zip(start, single.model.get_weights()))
+  diff = max(np.abs(a - b).max() for a, b in zip(accumulating.model.get_weights(),
+                                                 single.model.get_weights()))
+  assert moved > 1e-3 and diff < 1e-5
+  # A mean of per-micro-batch means would differ: micro-batches have unequal tokens.
+  tokens = [np.count_nonzero(p["targets"]) for p in parts]
+  assert len(set(tokens)) > 1
+
+
+def test_kill_mid_run_then_resume(data_dir, tmp_path):
+  output_dir = str(tmp_path / "run")
+  cmd = _trainer_cmd(data_dir, output_dir, "--train_steps=40", "--local_eval_frequency=5")
+  proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+  deadline = time.time() + 240
+  try:
+    while time.time() < deadline:
+      ckpt = tf.train.latest_checkpoint(output_dir)
+      if ckpt and int(ckpt.rsplit("-", 1)[1]) >= 10:
+        break
+      time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+  finally:
+    proc.wait(timeout=30)
+  killed_at = tf.train.latest_checkpoint(output_dir)
+  assert killed_at, "no checkpoint before the kill"
+  steps_before = int(killed_at.rsplit("-", 1)[1])
+  assert steps_before < 40
+  out = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  restored = re.search(r"Restored \S+ at step (\d+)", out.stdout)
+  assert restored and int(restored.group(1)) >= steps_before
+  assert tf.train.latest_checkpoint(output_dir).endswith("ckpt-40")
+  # Every checkpoint in the index loads.
+  hparams, _, spec = experiment.load_run_files(output_dir)
+  for path in tf.train.get_checkpoint_state(output_dir).all_model_checkpoint_paths:
+    trainer = Trainer(hparams, spec, create_strategy("one_device"))
+    tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer).restore(
+        path).assert_existing_objects_matched()
+
+
+def test_hparams_mismatch_is_an_error(tmp_path):
+  hp = create_hparams("transformer_tiny")
+  experiment.save_or_check_run_files(str(tmp_path), hp, "p", SPEC)
+  experiment.save_or_check_run_files(str(tmp_path), hp, "p", SPEC)  # same run: fine
+  with pytest.raises(ValueError, match="num_heads: 4 in the run, 8 now"):
+    experiment.save_or_check_run_files(str(tmp_path), hp.replace(num_heads=8), "p", SPEC)
+  with pytest.raises(ValueError, match="holds a run of"):
+    experiment.save_or_check_run_files(str(tmp_path), hp, "other_problem", SPEC)
+
+
+def test_non_finite_loss_stops_and_keeps_last_checkpoint(data_dir, tmp_path):
+  output_dir = str(tmp_path / "nan")
+  hp = create_hparams("transformer_tiny", "batch_size=256,learning_rate_schedule=constant,"
+                      "learning_rate_constant=1e30,num_hidden_layers=1")
+  spec = ModelSpec(*_vocab(data_dir), 0)
+  trainer = Trainer(hp, spec, create_strategy("one_device"))
+  config = experiment.RunConfig(output_dir=output_dir, train_steps=50, local_eval_frequency=1,
+                                log_every_steps=1)
+  run = experiment.Experiment(trainer, config, os.path.join(data_dir, "*train*"), None,
+                              log=lambda line: None)
+  with pytest.raises(NonFiniteLossError, match=r"at step (\d+)") as err:
+    run.train()
+  bad_step = int(re.search(r"at step (\d+)", str(err.value)).group(1))
+  latest = tf.train.latest_checkpoint(output_dir)
+  assert latest and int(latest.rsplit("-", 1)[1]) == bad_step - 1
+  fresh = Trainer(hp, spec, create_strategy("one_device"))
+  tf.train.Checkpoint(model=fresh.model).restore(latest).expect_partial()
+  assert all(np.isfinite(w).all() for w in fresh.model.get_weights())
+
+
+def _vocab(data_dir):
+  from data_gen import registry
+  enc = registry.problem("translate_from_files", data_dir).feature_encoders(data_dir)
+  return enc["inputs"].vocab_size, enc["targets"].vocab_size
+
+
+def _free_ports(n):
+  socks = [socket.socket() for _ in range(n)]
+  for s in socks:
+    s.bind(("127.0.0.1", 0))
+  ports = [s.getsockname()[1] for s in socks]
+  for s in socks:
+    s.close()
+  return ports
+
+
+def test_multi_worker_mirrored_two_processes(data_dir, tmp_path):
+  import json
+  ports = _free_ports(2)
+  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+  output_dir = str(tmp_path / "mw")
+  procs = []
+  try:
+    for index in range(2):
+      env = dict(ENV, TF_CONFIG=json.dumps({"cluster": cluster,
+                                            "task": {"type": "worker", "index": index}}))
+      procs.append(subprocess.Popen(
+          _trainer_cmd(data_dir, output_dir, "--train_steps=3", "--local_eval_frequency=3",
+                       "--distribution_strategy=multi_worker_mirrored", "--random_seed=1"),
+          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=400)[0] for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+  for p, out in zip(procs, outputs):
+    assert p.returncode == 0, out[-4000:]
+    assert "2 replica(s)" in out
+    assert "step 3/3" in out
+  assert tf.train.latest_checkpoint(output_dir).endswith("ckpt-3")
+  assert not os.path.exists(os.path.join(output_dir, "tmp_worker_1", "ckpt-3.index"))
+
+
+def test_average_checkpoints_is_the_mean(tmp_path):
+  from t2t_keras.avg_checkpoints import average_checkpoints
+  hp = create_hparams("transformer_tiny", "num_hidden_layers=1")
+  paths, weights = [], []
+  for seed in range(3):
+    tf.keras.utils.set_random_seed(seed)
+    trainer = Trainer(hp, SPEC, create_strategy("one_device"))
+    ckpt = tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)
+    paths.append(ckpt.write(str(tmp_path / f"ckpt-{seed}")))
+    weights.append(trainer.model.get_weights())
+  target = Trainer(hp, SPEC, create_strategy("one_device")).model
+  out = average_checkpoints(target, paths, str(tmp_path / "avg" / "averaged.ckpt"))
+  check = Trainer(hp, SPEC, create_strategy("one_device")).model
+  tf.train.Checkpoint(model=check).restore(out).assert_existing_objects_matched()
+  for got, *ws in zip(check.get_weights(), *weights):
+    np.testing.assert_allclose(got, np.mean(ws, axis=0), rtol=1e-5, atol=1e-7)

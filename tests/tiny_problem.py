@@ -1,0 +1,41 @@
+"""A tiny synthetic translation problem (word-for-word EN->DE) for training tests."""
+
+import os
+import random
+
+WORDS = {"the": "der", "a": "ein", "house": "Haus", "cat": "Katze", "dog": "Hund",
+         "runs": "läuft", "sees": "sieht", "big": "groß", "small": "klein", "red": "rot",
+         "green": "grün", "blue": "blau", "and": "und", "old": "alt", "new": "neu"}
+
+
+def write_parallel(path_prefix: str, count: int, seed: int):
+  rng = random.Random(seed)
+  words = sorted(WORDS)
+  with open(path_prefix + ".en", "w", encoding="utf-8") as en, \
+      open(path_prefix + ".de", "w", encoding="utf-8") as de:
+    for _ in range(count):
+      sentence = [rng.choice(words) for _ in range(rng.randint(2, 9))]
+      en.write(" ".join(sentence) + "\n")
+      de.write(" ".join(WORDS[w] for w in sentence) + "\n")
+
+
+def make_tiny_problem(root: str, train: int = 2000, dev: int = 64):
+  """Writes text files and generates `translate_from_files` into root/data.
+
+  Returns:
+    data_dir.
+  """
+  from data_gen.translate_from_files import TranslateFromFiles
+  text = os.path.join(root, "text")
+  os.makedirs(text, exist_ok=True)
+  write_parallel(os.path.join(text, "train"), train, seed=1)
+  write_parallel(os.path.join(text, "dev"), dev, seed=2)
+  write_parallel(os.path.join(text, "test"), dev, seed=3)
+  problem = TranslateFromFiles(
+      os.path.join(text, "train.en"), os.path.join(text, "train.de"),
+      os.path.join(text, "dev.en"), os.path.join(text, "dev.de"), vocab_size=200,
+      test_source=os.path.join(text, "test.en"), test_target=os.path.join(text, "test.de"),
+      source_lang="en", target_lang="de")
+  data_dir = os.path.join(root, "data")
+  problem.generate_data(data_dir, os.path.join(root, "tmp"), num_shards=2)
+  return data_dir
