@@ -4,6 +4,12 @@ from setuptools import find_packages, setup
 
 CONSOLE_SCRIPTS = [
     # Each entry is added only once its command works end to end.
+    "t2t_keras_datagen = t2t_keras.cli.datagen:main",
+    "t2t_keras_trainer = t2t_keras.cli.trainer:run",
+    "t2t_keras_decoder = t2t_keras.cli.decoder:run",
+    "t2t_keras_avg_checkpoints = t2t_keras.cli.avg_checkpoints:run",
+    "t2t_keras_bleu = t2t_keras.cli.bleu:run",
+    "t2t_keras_parse_eval = t2t_keras.cli.parse_eval:run",
 ]
 
 setup(

@@ -137,19 +137,29 @@ def _check_logits(logits: tf.Tensor, vocab_size: int) -> tf.Tensor:
   return tf.cast(logits, tf.float32)
 
 
+def _is_int(value: Any) -> bool:
+  return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def _check_positive_int(name: str, value: Any, minimum: int = 1) -> None:
-  if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+  if not _is_int(value) or value < minimum:
     raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}.")
 
 
 def _check_decode_length(decode_length: IntOrTensor) -> None:
-  if isinstance(decode_length, bool) or (
-      isinstance(decode_length, int) and decode_length < 0):
-    raise ValueError(
-        f"decode_length must be >= 0, got {decode_length!r}.")
-  if not isinstance(decode_length, (int, tf.Tensor)):
-    raise ValueError("decode_length must be an int or scalar int32 tensor, "
-                     f"got {type(decode_length).__name__}.")
+  if isinstance(decode_length, tf.Tensor):
+    return  # checked by shapes at run time
+  _check_positive_int("decode_length", decode_length, minimum=0)
+
+
+def _check_states(states: Cache, batch_size: Any) -> Cache:
+  """Returns `states` (or {}) after checking static leading dims == batch."""
+  for tensor in tf.nest.flatten(states if states is not None else {}):
+    rows = tf.convert_to_tensor(tensor).shape[:1]
+    if batch_size is not None and rows and rows[0] not in (None, batch_size):
+      raise ValueError(f"every states tensor needs leading dim batch="
+                       f"{batch_size}; got a tensor of shape {tensor.shape}.")
+  return states if states is not None else {}
 
 
 def _init_id_buffer(initial_ids: tf.Tensor,
@@ -278,9 +288,9 @@ def _initial_beam_state(initial_ids, beam_size: int,
   alive_seq = expand_to_beam_size(ids, beam_size)  # [batch, beam, L+1]
   initial_log_probs = tf.constant([[0.0] + [-INF] * (beam_size - 1)])
   alive_log_probs = tf.tile(initial_log_probs, [batch_size, 1])
+  states = _check_states(states, ids.shape[0])
   flat_states = tf.nest.map_structure(
-      lambda t: merge_beam_dim(expand_to_beam_size(t, beam_size)),
-      states if states is not None else {})
+      lambda t: merge_beam_dim(expand_to_beam_size(t, beam_size)), states)
   return _BeamState(
       i=tf.constant(0), alive_seq=alive_seq, alive_log_probs=alive_log_probs,
       finished_seq=tf.zeros_like(alive_seq),
@@ -389,6 +399,10 @@ def sample_with_temperature(logits: tf.Tensor, temperature: float,
   """
   if temperature == 0.0:
     return tf.argmax(logits, axis=-1, output_type=tf.int32)
+  vocab_size = logits.shape[-1]
+  if vocab_size is not None and top_k > vocab_size:
+    raise ValueError(f"top_k must be <= vocab size {vocab_size} (or -1), "
+                     f"got {top_k}.")
   if top_k != -1:
     kth_largest = tf.math.top_k(logits, k=top_k).values[:, -1:]  # [batch, 1]
     logits = tf.where(logits < kth_largest,
@@ -428,7 +442,7 @@ def _sampling_loop(symbols_to_logits_fn, initial_ids, decode_length,
   _, ids, log_prob, _, _ = tf.while_loop(
       cond, body,
       (tf.constant(0), ids, tf.zeros([batch_size]),
-       tf.zeros([batch_size], tf.bool), states if states is not None else {}))
+       tf.zeros([batch_size], tf.bool), _check_states(states, ids.shape[0])))
   return ids, log_prob
 
 
@@ -470,18 +484,19 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn,
     temperature: T2T `sampling_temp`; 0 is argmax.
     top_k: T2T `sampling_keep_top_k`; -1 keeps every id.
     seed: int or pair of ints; the same seed gives the same samples (step i
-      uses the seed folded with i).
+      uses the seed folded with i). TF's stateless RNG gives a different
+      (equally reproducible) stream under `jit_compile=True`.
     Other arguments and the return value as in `greedy_search`; scores sum
     the untempered log-probs of the drawn ids.
   """
   if isinstance(temperature, bool) or not isinstance(
       temperature, (int, float)) or temperature < 0:
     raise ValueError(f"temperature must be a float >= 0, got {temperature!r}.")
-  if isinstance(top_k, bool) or not isinstance(top_k, int) or (
-      top_k != -1 and top_k < 1):
+  if not _is_int(top_k) or (top_k != -1 and top_k < 1):
     raise ValueError(f"top_k must be -1 (off) or an int >= 1, got {top_k!r}.")
-  seed_pair = [seed, 0] if isinstance(seed, int) else list(seed)
-  if len(seed_pair) != 2:
+  seed_pair = [seed, 0] if _is_int(seed) else seed
+  if not (isinstance(seed_pair, (list, tuple)) and len(seed_pair) == 2 and
+          all(_is_int(x) for x in seed_pair)):
     raise ValueError(f"seed must be an int or a pair of ints, got {seed!r}.")
   seed_tensor = tf.constant(seed_pair, tf.int32)
 

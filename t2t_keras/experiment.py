@@ -252,3 +252,29 @@ def _is_chief(strategy) -> bool:
 def _hms(seconds: float) -> str:
   seconds = int(max(seconds, 0))
   return f"{seconds // 3600}h{seconds // 60 % 60:02d}m{seconds % 60:02d}s"
+
+
+def load_trained_model(output_dir: str, checkpoint_path: Optional[str] = None):
+  """Rebuilds the model of a run from hparams.json/run.json and restores weights.
+
+  Args:
+    output_dir: the training run directory.
+    checkpoint_path: a checkpoint prefix (e.g. an averaged one); default latest.
+  Returns:
+    (model, hparams, problem_name, spec, checkpoint_path).
+  """
+  from t2t_keras.model import Transformer
+  hparams, problem, spec = load_run_files(output_dir)
+  path = checkpoint_path or tf.train.latest_checkpoint(output_dir)
+  if not path:
+    raise FileNotFoundError(
+        f"No checkpoint in {output_dir}: train with t2t_keras_trainer --output_dir="
+        f"{output_dir}, or pass --checkpoint_path.")
+  if not tf.io.gfile.exists(path + ".index"):
+    raise FileNotFoundError(f"Checkpoint {path} does not exist (no {path}.index).")
+  model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
+                      spec.target_space_id, name="transformer")
+  model.build()
+  tf.train.Checkpoint(model=model).restore(path).expect_partial() \
+      .assert_existing_objects_matched()
+  return model, hparams, problem, spec, path

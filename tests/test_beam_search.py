@@ -87,6 +87,44 @@ def numpy_greedy(table, sos_ids):
   return ids, scores
 
 
+def numpy_t2t_beam_search(table, sos_ids, beam, alpha):
+  """Plain-Python T2T beam search written from the reference (section 2).
+
+  Stable sorts reproduce top_k's lower-index-first tie order. Returns
+  (per item: list of token lists, scores) and the number of steps run.
+  """
+  length, vocab = table.shape[0], table.shape[1]
+  inf = bs.INF
+  alive = [[([s], 0.0)] + [([s], -inf)] * (beam - 1) for s in sos_ids]
+  fin = [[([], -inf, False)] * beam for _ in sos_ids]
+  step = 0
+  while step < length:
+    bound = [a[0][1] / penalty(length, alpha) for a in alive]
+    if all(max(f[1] for f in fin[b]) > bound[b] for b in range(len(fin))):
+      break
+    for b in range(len(sos_ids)):
+      cands = []  # flat index order: beam-major, then token
+      for seq, log_prob in alive[b]:
+        for tok in range(vocab):
+          lp = log_prob + float(table[step, seq[-1], tok])
+          cands.append((seq + [tok], lp, lp / penalty(step + 1, alpha)))
+      top = sorted(cands, key=lambda c: -c[2])[:2 * beam]
+      alive_order = sorted(
+          top, key=lambda c: -(c[2] + (c[0][-1] == EOS) * -inf))
+      alive[b] = [(c[0], c[1]) for c in alive_order[:beam]]
+      new = [(c[0], c[2] + (c[0][-1] != EOS) * -inf, c[0][-1] == EOS)
+             for c in top]
+      fin[b] = sorted(fin[b] + new, key=lambda f: -f[1])[:beam]
+    step += 1
+  results = []
+  for b in range(len(sos_ids)):
+    if any(f[2] for f in fin[b]):
+      results.append(([f[0][1:] for f in fin[b]], [f[1] for f in fin[b]]))
+    else:
+      results.append(([a[0][1:] for a in alive[b]], [a[1] for a in alive[b]]))
+  return results, step
+
+
 # ---------------------------------------------------------------- helpers ---
 def test_length_penalty_closed_form():
   lengths = np.arange(1, 20)
@@ -147,6 +185,27 @@ def test_beam_size_one_equals_greedy(seed):
   np.testing.assert_allclose(g_scores.numpy(), ref_scores, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("seed,alpha", [(0, 0.6), (1, 0.6), (2, 0.0),
+                                        (3, 1.0)])
+def test_matches_plain_python_t2t_beam_search(seed, alpha):
+  # vocab >= 2 * beam, the regime where T2T and this port agree exactly.
+  table = random_table(seed, length=7, vocab=7, eos_boost=1.0)
+  sos = [0, 2, 3]
+  out = bs.beam_search_with_info(table_fn(table), tf.constant(sos), 3, 7, 7,
+                                 alpha)
+  expected, steps = numpy_t2t_beam_search(table, sos, 3, alpha)
+  assert int(out.num_steps) == steps
+  for b, (seqs, scores) in enumerate(expected):
+    for k, (tokens, score) in enumerate(zip(seqs, scores)):
+      if score < NEG:
+        continue
+      got = finished_tokens(out.ids.numpy()[b, k]) or list(
+          out.ids.numpy()[b, k, 1:steps + 1])
+      assert got == tokens
+      np.testing.assert_allclose(out.scores.numpy()[b, k], score, rtol=1e-5,
+                                 atol=1e-5)
+
+
 def test_beam_search_beats_greedy_on_hand_built_model():
   # Ids: 0 start, 1 EOS, 2 "greedy trap", 3 "good".
   probs = np.full((3, 4, 4), 0.25)
@@ -161,7 +220,26 @@ def test_beam_search_beats_greedy_on_hand_built_model():
   assert finished_tokens(g_ids.numpy()[0]) != best_tokens  # greedy misses
   ids, scores = bs.beam_search(fn, tf.constant([0]), 2, 3, 4, alpha)
   assert finished_tokens(ids.numpy()[0, 0]) == best_tokens == [3, EOS]
-  np.testing.assert_allclose(scores.numpy()[0, 0], best_score, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(scores.numpy()[0, 0], best_score, rtol=1e-5,
+                             atol=1e-5)
+
+
+def test_early_stop_keeps_long_sequence_favoured_by_length_penalty():
+  # Short "EOS" scores log(.6) = -0.51 at once; the 6-token path scores
+  # about log(.2 * .97**5) / ((5 + 6) / 6)**2 = -0.52 + ... > -0.51 only
+  # thanks to alpha=2, so stopping must use the largest penalty ahead.
+  probs = np.full((6, 4, 4), 0.01)
+  probs[:, :, 2] = 0.97
+  probs[0, 0] = [0.001, 0.6, 0.2, 0.199]
+  probs[5, :, :] = [0.01, 0.97, 0.01, 0.01]
+  table = np.log(probs / probs.sum(-1, keepdims=True)).astype(np.float32)
+  best_tokens, best_score = enumerate_finished(table, 0, 2.0)[0]
+  assert len(best_tokens) == 6
+  out = bs.beam_search_with_info(table_fn(table), tf.constant([0]), 2, 6, 4,
+                                 2.0)
+  assert finished_tokens(out.ids.numpy()[0, 0]) == best_tokens
+  np.testing.assert_allclose(out.scores.numpy()[0, 0], best_score,
+                             rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("seed,alpha", [(0, 0.6), (1, 0.0), (2, 1.5),
@@ -185,7 +263,8 @@ def test_large_beam_matches_exhaustive_enumeration(seed, alpha):
     got = [finished_tokens(row) for row in ids.numpy()[b][real]]
     assert got == [tokens for tokens, _ in expected]
     np.testing.assert_allclose(scores.numpy()[b][real],
-                               [score for _, score in expected], rtol=1e-5, atol=1e-5)
+                               [score for _, score in expected], rtol=1e-5,
+                               atol=1e-5)
     assert finished_tokens(top_ids.numpy()[b, 0]) == expected[0][0]
     np.testing.assert_allclose(top_scores.numpy()[b, 0], expected[0][1],
                                rtol=1e-5, atol=1e-5)
@@ -478,6 +557,11 @@ def test_bad_arguments_raise_clear_errors():
       (lambda: bs.sample(fn, sos, 3, temperature=-1.0), "temperature"),
       (lambda: bs.sample(fn, sos, 3, top_k=0), "top_k"),
       (lambda: bs.sample(fn, sos, 3, seed=(1, 2, 3)), "seed"),
+      (lambda: bs.sample(fn, sos, 3, top_k=5), "top_k"),
+      (lambda: bs.beam_search(fn, sos, 2, 3, 4, 0.6,
+                              states={"x": tf.zeros([2, 3])}), "batch=1"),
+      (lambda: bs.greedy_search(fn, sos, 3, states={"x": tf.zeros([3])}),
+       "batch=1"),
   ]
   for call, name in cases:
     with pytest.raises(ValueError, match=name):

@@ -1,0 +1,118 @@
+"""t2t_keras_decoder: T2T's decoder flags.
+
+  t2t_keras_decoder --problem=translate_ende_wmt32k --data_dir=$DATA \
+      --output_dir=$TRAIN --decode_hparams='beam_size=4,alpha=0.6' \
+      --decode_from_file=newstest2014.en --decode_to_file=out.de \
+      --decode_reference=newstest2014.de
+
+Without --decode_from_file it decodes the problem's dev split (test with
+--eval_use_test_set) and scores it against the reference.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("problem", None, "Problem name (default: the one the run was trained on).")
+flags.DEFINE_string("hparams_set", None, "Checked against the run's hparams.json if given.")
+flags.DEFINE_string("hparams", "", "Overrides, checked against hparams.json if given.")
+flags.DEFINE_string("data_dir", None, "Directory with the problem's vocabulary.")
+flags.DEFINE_string("output_dir", None, "Training run directory (hparams.json, checkpoints).")
+flags.DEFINE_string("checkpoint_path", None, "Checkpoint prefix (default: latest in output_dir).")
+flags.DEFINE_string("decode_hparams", "", "e.g. 'beam_size=4,alpha=0.6,extra_length=50'.")
+flags.DEFINE_string("decode_from_file", None, "Source sentences, one per line.")
+flags.DEFINE_string("decode_to_file", None, "Where to write the translations.")
+flags.DEFINE_string("decode_reference", None, "Reference translations: print BLEU.")
+flags.DEFINE_bool("decode_interactive", False, "Read sentences from stdin, print translations.")
+flags.DEFINE_string("score_file", None,
+                    "Score source<TAB>target pairs from this file: print log P(target|source).")
+flags.DEFINE_bool("eval_use_test_set", False, "Decode the test split instead of dev.")
+flags.DEFINE_bool("decode_use_cache", True, "Cached incremental decoding (else recompute).")
+flags.DEFINE_bool("decode_jit_compile", False, "Compile decoding with XLA.")
+flags.DEFINE_string("t2t_usr_dir", None, "A directory of modules registering user problems.")
+
+
+def _load():
+  from data_gen import registry
+  from t2t_keras import experiment
+  from t2t_keras.hparams import create_hparams
+  registry.import_usr_dir(FLAGS.t2t_usr_dir)
+  model, hparams, problem_name, _, path = experiment.load_trained_model(
+      FLAGS.output_dir, FLAGS.checkpoint_path)
+  if FLAGS.hparams_set:
+    wanted = create_hparams(FLAGS.hparams_set, FLAGS.hparams)
+    if wanted != hparams:
+      diff = sorted(k for k, v in wanted.to_dict().items() if hparams.to_dict()[k] != v)
+      raise app.UsageError(f"--hparams_set/--hparams differ from {FLAGS.output_dir}/"
+                           f"hparams.json in: {', '.join(diff)}. Omit them to use the run's.")
+  if FLAGS.problem and FLAGS.problem != problem_name:
+    raise app.UsageError(f"--problem={FLAGS.problem}, but {FLAGS.output_dir} was trained on "
+                         f"{problem_name}.")
+  problem = registry.problem(problem_name, FLAGS.data_dir)
+  encoders = problem.feature_encoders(FLAGS.data_dir)
+  print(f"Loaded {path} ({problem_name}).", file=sys.stderr, flush=True)
+  return model, hparams, problem, encoders
+
+
+def main(argv):
+  del argv
+  for name in ("data_dir", "output_dir"):
+    if not getattr(FLAGS, name):
+      raise app.UsageError(f"--{name} is required.")
+  from t2t_keras import bleu, decode_text
+  from t2t_keras.hparams import create_decode_hparams
+  decode_hp = create_decode_hparams(FLAGS.decode_hparams)
+  model, hparams, problem, encoders = _load()
+  decoder = decode_text.TextDecoder(
+      model, hparams, encoders, decode_hp, use_cache=FLAGS.decode_use_cache,
+      jit_compile=FLAGS.decode_jit_compile, log=lambda line: print(line, file=sys.stderr,
+                                                                   flush=True))
+  if FLAGS.score_file:
+    pairs = [line.split("\t") for line in decode_text.read_lines(FLAGS.score_file)]
+    bad = [i + 1 for i, p in enumerate(pairs) if len(p) != 2]
+    if bad:
+      raise app.UsageError(f"{FLAGS.score_file}: line {bad[0]} is not source<TAB>target.")
+    scores = decoder.score_pairs([p[0] for p in pairs], [p[1] for p in pairs])
+    _emit([f"{s:.6f}" for s in scores])
+    return
+  if FLAGS.decode_interactive:
+    for line in sys.stdin:
+      print(decoder.decode_lines([line.rstrip("\n")])[0], flush=True)
+    return
+  source, reference = FLAGS.decode_from_file, FLAGS.decode_reference
+  if not source:
+    split = "test" if FLAGS.eval_use_test_set else "dev"
+    source = problem.text_file(FLAGS.data_dir, split, "inputs")
+    reference = reference or problem.text_file(FLAGS.data_dir, split, "targets")
+  lines = decode_text.read_lines(source, decode_hp.delimiter)
+  outputs = decoder.decode_lines(lines)
+  _emit(outputs)
+  if reference:
+    refs = decode_text.read_lines(reference)
+    if len(refs) != len(outputs):
+      raise app.UsageError(f"{reference} has {len(refs)} lines, {source} has {len(outputs)}.")
+    hyps = [o.split("\t")[0] for o in outputs]
+    score, signature = bleu.corpus_bleu(hyps, refs, tokenize="intl")
+    print(f"BLEU = {score:.2f}  ({signature})", flush=True)
+
+
+def _emit(lines):
+  if FLAGS.decode_to_file:
+    from t2t_keras import decode_text
+    decode_text.write_lines_atomic(FLAGS.decode_to_file, lines)
+    print(f"Wrote {len(lines)} lines to {FLAGS.decode_to_file}.", file=sys.stderr, flush=True)
+  else:
+    for line in lines:
+      print(line)
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,118 @@
+"""t2t_keras_visualize: attention heatmaps of one sentence and training curves, as PNG.
+
+  t2t_keras_visualize --output_dir=$TRAIN --data_dir=$DATA \
+      --sentence="The house is small." --kind=all --layer=5 --all_heads --curves
+
+Without --target the sentence is translated greedily first (up to input length
++ 50 tokens). Pictures go to --plot_dir (default $TRAIN/plots); the path of each
+PNG written is printed.
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("output_dir", None, "Training run directory (hparams.json, run.json, "
+                    "checkpoints, TensorBoard logs).")
+flags.DEFINE_string("data_dir", None, "The problem's data directory (its vocabulary).")
+flags.DEFINE_string("t2t_usr_dir", None, "A directory of modules registering user problems.")
+flags.DEFINE_string("checkpoint_path", None, "Checkpoint to load (default: the latest in "
+                    "--output_dir).")
+flags.DEFINE_string("sentence", None, "Source sentence whose attention is drawn.")
+flags.DEFINE_string("target", None, "Target sentence (default: the greedy translation).")
+flags.DEFINE_enum("kind", "all", ["encoder", "decoder", "encdec", "all"],
+                  "Which attention to draw.")
+flags.DEFINE_integer("layer", None, "Layer to draw (default: every layer).")
+flags.DEFINE_integer("head", None, "Head to draw (default: a grid of all heads).")
+flags.DEFINE_bool("all_heads", False, "Draw a grid of all heads of each layer.")
+flags.DEFINE_string("plot_dir", None, "Where PNGs are written (default: output_dir/plots).")
+flags.DEFINE_bool("curves", False, "Also plot loss and BLEU over steps from the TensorBoard "
+                  "logs of --output_dir.")
+
+EXTRA_DECODE_LENGTH = 50  # T2T's decode_hparams.extra_length.
+
+
+def _load_model(output_dir: str, checkpoint_path, hparams, spec):
+  import tensorflow as tf
+
+  from t2t_keras.model import Transformer
+  path = checkpoint_path or tf.train.latest_checkpoint(output_dir)
+  if not path:
+    raise app.UsageError(f"No checkpoint in {output_dir}; train first or pass "
+                         "--checkpoint_path.")
+  model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
+                      spec.target_space_id, name="transformer")
+  model.build()
+  status = tf.train.Checkpoint(model=model).restore(path)
+  status.expect_partial()  # The optimizer slots are not needed.
+  status.assert_existing_objects_matched()
+  return model
+
+
+def _attention_pictures(hparams, problem_name: str, spec, plot_dir: str) -> list:
+  from data_gen import registry
+  from t2t_keras import visualize
+
+  kinds = visualize.KINDS if FLAGS.kind == "all" else (FLAGS.kind,)
+  head = None if FLAGS.all_heads else FLAGS.head
+  num_layers = {"encoder": hparams.encoder_layers, "decoder": hparams.decoder_layers,
+                "encdec": hparams.decoder_layers}
+  try:  # Before the slow model load.
+    visualize.check_selection(kinds, FLAGS.layer, head, num_layers, hparams.num_heads)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+  registry.import_usr_dir(FLAGS.t2t_usr_dir)
+  encoders = registry.problem(problem_name, FLAGS.data_dir).feature_encoders(FLAGS.data_dir)
+  model = _load_model(FLAGS.output_dir, FLAGS.checkpoint_path, hparams, spec)
+  input_ids = encoders["inputs"].encode(FLAGS.sentence) + [visualize.EOS_ID]
+  if FLAGS.target is not None:
+    target_ids = encoders["targets"].encode(FLAGS.target) + [visualize.EOS_ID]
+  else:
+    target_ids = visualize.greedy_decode(model, input_ids,
+                                         len(input_ids) + EXTRA_DECODE_LENGTH)
+    print(f"Greedy translation: {encoders['targets'].decode(target_ids)}", flush=True)
+  maps = visualize.attention_maps(model, input_ids, target_ids)
+  return visualize.write_attention_plots(
+      maps, encoders["inputs"].decode_list(input_ids),
+      encoders["targets"].decode_list(target_ids), plot_dir, kinds, FLAGS.layer, head)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if not FLAGS.output_dir:
+    raise app.UsageError("--output_dir is required.")
+  if FLAGS.sentence is None and not FLAGS.curves:
+    raise app.UsageError("Nothing to draw: give --sentence (attention) and/or --curves.")
+  if FLAGS.sentence is not None and not FLAGS.data_dir:
+    raise app.UsageError("--sentence needs --data_dir (the problem's vocabulary).")
+  if FLAGS.all_heads and FLAGS.head is not None:
+    raise app.UsageError("Give --head or --all_heads, not both.")
+  from t2t_keras import experiment, visualize
+
+  plot_dir = FLAGS.plot_dir or os.path.join(FLAGS.output_dir, "plots")
+  if FLAGS.sentence is not None:
+    try:
+      hparams, problem_name, spec = experiment.load_run_files(FLAGS.output_dir)
+    except FileNotFoundError as e:
+      raise app.UsageError(str(e)) from e
+    for path in _attention_pictures(hparams, problem_name, spec, plot_dir):
+      print(path, flush=True)
+  if FLAGS.curves:
+    try:
+      print(visualize.plot_training_curves(
+          FLAGS.output_dir, os.path.join(plot_dir, "training_curves.png")), flush=True)
+    except ValueError as e:
+      raise app.UsageError(str(e)) from e
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,167 @@
+"""Text in, text out: T2T's decode_from_file, scoring, and the BLEU eval hook.
+
+Lines are sorted by descending whitespace-token count (T2T's `_get_sorted_inputs`,
+so memory problems show early), decoded in batches, and written back in input
+order: exactly one output line per input line. Empty lines give empty lines
+without running the model. Inputs longer than `max_input_size` subword tokens are
+truncated, counted and reported once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from t2t_keras import bleu as bleu_lib
+from t2t_keras import decoding
+from t2t_keras.hparams import DecodeHParams, HParams
+from t2t_keras.model import Transformer
+
+DEFAULT_FILE_BATCH_SIZE = 32  # T2T: decode_hparams.batch_size=0 means 32 from a file
+
+
+def read_lines(path: str, delimiter: str = "\n") -> List[str]:
+  """Lines of a UTF-8 file; a trailing delimiter does not add a line.
+
+  Raises:
+    ValueError: naming the file and line of invalid UTF-8.
+  """
+  with open(path, "rb") as f:
+    data = f.read()
+  raw = data.split(delimiter.encode("utf-8"))
+  if raw and raw[-1] == b"":
+    raw.pop()
+  lines = []
+  for number, line in enumerate(raw, start=1):
+    try:
+      lines.append(line.decode("utf-8").rstrip("\r"))
+    except UnicodeDecodeError as err:
+      raise ValueError(f"{path}:{number}: invalid UTF-8 ({err.reason} at byte "
+                       f"{err.start}); fix or re-encode the file, e.g. with iconv.") from None
+  return lines
+
+
+def write_lines_atomic(path: str, lines: Sequence[str]) -> None:
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  tmp = f"{path}.tmp-{os.getpid()}"
+  with open(tmp, "w", encoding="utf-8") as f:
+    for line in lines:
+      f.write(line + "\n")
+  os.replace(tmp, path)
+
+
+class TextDecoder:
+  """Decodes and scores text with a trained model.
+
+  Args:
+    model: a Transformer with restored weights.
+    hparams: its HParams (sampling settings for beam 1).
+    encoders: {"inputs": encoder, "targets": encoder} (SubwordTextEncoder API).
+    decode_hp: DecodeHParams.
+    use_cache: cached incremental decoding (default) or full recomputation.
+    jit_compile: XLA-compile decoding (input lengths padded to multiples of 8).
+    log: function taking one progress line.
+  """
+
+  def __init__(self, model: Transformer, hparams: HParams, encoders: Dict, decode_hp:
+               DecodeHParams, use_cache: bool = True, jit_compile: bool = False,
+               log: Callable[[str], None] = print):
+    self.model = model
+    self.encoders = encoders
+    self.decode_hp = decode_hp
+    self.jit_compile = jit_compile
+    self.log = log
+    self.decode_fn = decoding.make_decode_fn(model, decode_hp, hparams, use_cache, jit_compile)
+    self.score_fn = tf.function(lambda x, y: decoding.score_targets(model, x, y),
+                                input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2)
+    self.truncated = 0
+
+  @property
+  def batch_size(self) -> int:
+    return self.decode_hp.batch_size or DEFAULT_FILE_BATCH_SIZE
+
+  def _encode(self, text: str, side: str = "inputs") -> List[int]:
+    ids = self.encoders[side].encode(text)
+    limit = self.decode_hp.max_input_size
+    if side == "inputs" and limit > 0 and len(ids) > limit:
+      ids = ids[:limit]
+      self.truncated += 1
+    return ids + [decoding.EOS_ID]
+
+  def _pad(self, rows: List[List[int]]) -> np.ndarray:
+    length = max(len(r) for r in rows)
+    if self.jit_compile:
+      length = -(-length // 8) * 8  # few distinct shapes -> few XLA compilations
+    return np.array([r + [0] * (length - len(r)) for r in rows], np.int32)
+
+  def _format(self, ids: np.ndarray, scores: np.ndarray) -> str:
+    decode = lambda row: self.encoders["targets"].decode(decoding.strip_ids(row))
+    if not self.decode_hp.return_beams:
+      return decode(ids)
+    parts = []
+    for beam, score in zip(ids, scores):
+      parts.append(decode(beam))
+      if self.decode_hp.write_beam_scores:
+        parts.append(f"{score:.2f}")
+    return "\t".join(parts)
+
+  def decode_lines(self, lines: Sequence[str], progress_every_secs: float = 10.0) -> List[str]:
+    """One output string per input line, in input order."""
+    self.truncated = 0
+    outputs = [""] * len(lines)
+    todo = [i for i, line in enumerate(lines) if line.strip()]
+    # T2T: longest first by whitespace tokens; stable for equal lengths.
+    todo.sort(key=lambda i: -len(lines[i].split()))
+    encoded = {i: self._encode(lines[i]) for i in todo}
+    if self.truncated:
+      self.log(f"Truncated {self.truncated} input line(s) to max_input_size="
+               f"{self.decode_hp.max_input_size} subword tokens.")
+    start = last = time.time()
+    for begin in range(0, len(todo), self.batch_size):
+      batch = todo[begin:begin + self.batch_size]
+      ids, scores = self.decode_fn(tf.constant(self._pad([encoded[i] for i in batch])))
+      for row, index in enumerate(batch):
+        outputs[index] = self._format(ids[row].numpy(), scores[row].numpy())
+      done = begin + len(batch)
+      if time.time() - last >= progress_every_secs and done < len(todo):
+        rate = done / (time.time() - start)
+        self.log(f"Decoded {done}/{len(todo)} lines ({rate:.1f} lines/s, ETA "
+                 f"{(len(todo) - done) / max(rate, 1e-9):.0f}s).")
+        last = time.time()
+    return outputs
+
+  def score_pairs(self, sources: Sequence[str], targets: Sequence[str]) -> List[float]:
+    """log P(target | source) of each pair (T2T --score_file)."""
+    scores = []
+    for begin in range(0, len(sources), self.batch_size):
+      src = [self._encode(s) for s in sources[begin:begin + self.batch_size]]
+      tgt = [self._encode(t, "targets") for t in targets[begin:begin + self.batch_size]]
+      scores.extend(float(s) for s in self.score_fn(tf.constant(self._pad(src)),
+                                                    tf.constant(self._pad(tgt))))
+    return scores
+
+
+def make_bleu_hook(model: Transformer, hparams: HParams, encoders: Dict,
+                   decode_hp: DecodeHParams, source: str, reference: str,
+                   max_lines: int = 0) -> Callable[[int], Dict[str, float]]:
+  """fn(step) -> {"bleu": sacrebleu BLEU} decoding `source` (first `max_lines`)."""
+  sources, references = read_lines(source), read_lines(reference)
+  if len(sources) != len(references):
+    raise ValueError(f"{source} has {len(sources)} lines but {reference} has "
+                     f"{len(references)}.")
+  if max_lines:
+    sources, references = sources[:max_lines], references[:max_lines]
+  decoder = TextDecoder(model, hparams, encoders, decode_hp, log=lambda line: None)
+
+  def hook(step: int) -> Dict[str, float]:
+    del step
+    hypotheses = decoder.decode_lines(sources)
+    score, _ = bleu_lib.corpus_bleu(hypotheses, references, tokenize="intl")
+    return {"bleu": score}
+
+  return hook

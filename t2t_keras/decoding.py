@@ -1,0 +1,147 @@
+"""Decoding a Transformer: cached (fast) or uncached, beam / greedy / sampling.
+
+`decode_ids` is the in-graph core, shared by the decoder CLI and the exporter:
+inputs `[batch, length]` ids -> output ids and scores. `TextDecoder` wraps it
+for text files with T2T's `decode_from_file` behaviour (longest lines first,
+results in input order, one output line per input line).
+
+Maximum decode length: T2T uses `padded input length + extra_length` for the
+whole batch; here each sentence gets `its own input length + extra_length`
+(EOS is forced at that step), so a sentence decodes the same alone or in any
+batch. The paper used extra 50 (parsing 300); T2T's default is 100.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from t2t_keras import beam_search
+from t2t_keras.hparams import DecodeHParams, HParams
+from t2t_keras.model import Transformer
+
+EOS_ID = 1
+_NEG = -1e9
+
+
+def _input_lengths(inputs: tf.Tensor) -> tf.Tensor:
+  """Non-pad length of each row, EOS included: `[batch]` int32."""
+  return tf.reduce_sum(tf.cast(tf.not_equal(inputs, 0), tf.int32), axis=1)
+
+
+def _force_eos_at_cap(logits: tf.Tensor, i: tf.Tensor, cap: tf.Tensor) -> tf.Tensor:
+  """Rows whose step `i` reached their cap can only emit EOS."""
+  at_cap = (i + 1 >= cap)[:, None]
+  eos_only = tf.where(tf.equal(tf.range(tf.shape(logits)[1]), EOS_ID), 0.0, _NEG)[None]
+  return tf.where(at_cap, eos_only + tf.zeros_like(logits), logits)
+
+
+def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True):
+  """Returns fn(ids, i, cache) -> (logits, cache) for `beam_search`.
+
+  cached: `model.decode_step` on the last id with fixed-size key/value buffers.
+  uncached: re-runs the decoder over the whole prefix each step (T2T's slow path),
+  reading only `cache["encoder_output"]`, `cache["encdec_bias"]`, `cache["cap"]`.
+  """
+  def cached(ids, i, cache):
+    state = {"encdec_bias": cache["encdec_bias"], "layers": cache["layers"]}
+    logits, state = model.decode_step(ids[:, i], i, state)
+    logits = _force_eos_at_cap(logits, i, cache["cap"])
+    return logits, dict(cache, layers=state["layers"])
+
+  def uncached(ids, i, cache):
+    targets = ids[:, 1:]  # positions > i are still 0 and causally invisible at i
+    logits = model.decode(targets, cache["encoder_output"], cache["encdec_bias"],
+                          training=False)
+    logits = tf.gather(logits, i, axis=1)
+    return _force_eos_at_cap(logits, i, cache["cap"]), cache
+
+  return cached if use_cache else uncached
+
+
+def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
+               hparams: HParams, use_cache: bool = True,
+               decode_length: Optional[int] = None) -> Tuple[tf.Tensor, tf.Tensor]:
+  """Decodes a batch of padded input ids (run it inside tf.function).
+
+  Args:
+    inputs: `[batch, input_length]` int ids ending in EOS, 0-padded.
+    decode_hp: beam_size, alpha, extra_length, return_beams.
+    hparams: sampling_method / sampling_temp / sampling_keep_top_k for beam 1.
+    decode_length: static maximum steps (default input_length + extra_length).
+
+  Returns:
+    ids int32 `[batch, decode_length]` (or `[batch, beam, decode_length]` with
+    return_beams), 0-padded after EOS; scores float32 `[batch]` (or
+    `[batch, beam]`): length-normalised beam scores, or the summed log-prob for
+    greedy decoding (T2T's conventions).
+  """
+  inputs = tf.cast(inputs, tf.int32)
+  if decode_length is None:
+    static = inputs.shape[1]
+    decode_length = (static if static is not None else tf.shape(inputs)[1]) + \
+        decode_hp.extra_length
+  cap = _input_lengths(inputs) + decode_hp.extra_length
+  encoder_output, encdec_bias = model.encode(inputs, training=False)
+  if use_cache:
+    cache = model.init_cache(encoder_output, encdec_bias, decode_length)
+    cache["cap"] = cap
+  else:
+    cache = {"encoder_output": encoder_output, "encdec_bias": encdec_bias, "cap": cap}
+  fn = make_symbols_to_logits_fn(model, use_cache)
+  batch = tf.shape(inputs)[0]
+  initial = tf.zeros([batch], tf.int32)
+  if decode_hp.beam_size > 1:
+    top = decode_hp.beam_size if decode_hp.return_beams else 1
+    ids, scores = beam_search.beam_search(
+        fn, initial, decode_hp.beam_size, decode_length, model.target_vocab_size,
+        decode_hp.alpha, states=cache, eos_id=EOS_ID, stop_early=True, top_beams=top)
+    ids = ids[:, :, 1:]
+    return (ids, scores) if decode_hp.return_beams else (ids[:, 0], scores[:, 0])
+  if hparams.sampling_method == "argmax":
+    ids, scores = beam_search.greedy_search(fn, initial, decode_length, EOS_ID, cache)
+  else:
+    ids, scores = beam_search.sample(fn, initial, decode_length, hparams.sampling_temp,
+                                     hparams.sampling_keep_top_k, eos_id=EOS_ID,
+                                     states=cache)
+  ids = ids[:, 1:]
+  return (ids[:, None], scores[:, None]) if decode_hp.return_beams else (ids, scores)
+
+
+def make_decode_fn(model: Transformer, decode_hp: DecodeHParams, hparams: HParams,
+                   use_cache: bool = True, jit_compile: bool = False) -> Callable:
+  """A tf.function inputs `[batch, length]` -> (ids, scores).
+
+  With jit_compile the function is traced per input shape (decode_length is then
+  static, as XLA needs); callers pad lengths to a few buckets to bound retracing.
+  """
+  fn = functools.partial(decode_ids, model, decode_hp=decode_hp, hparams=hparams,
+                         use_cache=use_cache)
+  if jit_compile:
+    return tf.function(fn, jit_compile=True)
+  return tf.function(fn, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+
+
+def score_targets(model: Transformer, inputs, targets) -> tf.Tensor:
+  """log P(targets | inputs) summed over target tokens (EOS included): `[batch]`."""
+  logits = model({"inputs": inputs, "targets": targets}, training=False)
+  log_probs = tf.nn.log_softmax(logits)
+  targets = tf.cast(targets, tf.int32)
+  token = tf.gather(log_probs, targets, batch_dims=2)
+  return tf.reduce_sum(token * tf.cast(tf.not_equal(targets, 0), tf.float32), axis=1)
+
+
+def strip_ids(ids: Sequence[int]) -> List[int]:
+  """Ids up to (not including) the first EOS, without PAD (T2T `_save_until_eos`)."""
+  out = []
+  for i in ids:
+    if i == EOS_ID:
+      break
+    if i != 0:
+      out.append(int(i))
+  return out

@@ -1,0 +1,223 @@
+"""Decoding: cached == uncached, batch == alone, XLA == default, n-best scores, CLI."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.tiny_problem import make_tiny_problem
+from t2t_keras import beam_search, decode_text, decoding, experiment
+from t2t_keras.hparams import create_decode_hparams, create_hparams
+from t2t_keras.model import Transformer
+from t2t_keras.training import ModelSpec, Trainer, create_strategy
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+SMALL = ("num_hidden_layers=2,hidden_size=64,filter_size=128,num_heads=4,batch_size=512,"
+         "learning_rate_warmup_steps=100,learning_rate_constant=0.5")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A small model trained on the tiny word-for-word problem: (run_dir, data_dir)."""
+  root = str(tmp_path_factory.mktemp("dec"))
+  data_dir = make_tiny_problem(root)
+  from data_gen import registry
+  problem = registry.problem("translate_from_files", data_dir)
+  enc = problem.feature_encoders(data_dir)
+  hp = create_hparams("transformer_tiny", SMALL)
+  spec = ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
+  run_dir = os.path.join(root, "run")
+  experiment.save_or_check_run_files(run_dir, hp, "translate_from_files", spec)
+  tf.keras.utils.set_random_seed(0)
+  trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=400)
+  config = experiment.RunConfig(output_dir=run_dir, train_steps=400, local_eval_frequency=200,
+                                random_seed=0)
+  experiment.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
+                        log=lambda line: None).train()
+  return run_dir, data_dir
+
+
+def _random_model(vocab=30, overrides=""):
+  tf.keras.utils.set_random_seed(1)
+  hp = create_hparams("transformer_tiny", "num_hidden_layers=2" + overrides)
+  model = Transformer(hp, vocab, target_space_id=2)
+  model.build()
+  return model, hp
+
+
+def _inputs(rng, vocab, lengths):
+  rows = [list(rng.integers(2, vocab, size=n - 1)) + [1] for n in lengths]
+  width = max(lengths)
+  return np.array([r + [0] * (width - len(r)) for r in rows], np.int32)
+
+
+def _loaded(trained):
+  run_dir, data_dir = trained
+  model, hp, problem, _, _ = experiment.load_trained_model(run_dir)
+  from data_gen import registry
+  encoders = registry.problem(problem, data_dir).feature_encoders(data_dir)
+  return model, hp, encoders
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_cached_equals_uncached_random_model(beam):
+  model, hp = _random_model()
+  x = _inputs(np.random.default_rng(0), 30, [5, 3, 7])
+  dhp = create_decode_hparams(f"beam_size={beam},extra_length=6")
+  fast = decoding.make_decode_fn(model, dhp, hp, use_cache=True)(tf.constant(x))
+  slow = decoding.make_decode_fn(model, dhp, hp, use_cache=False)(tf.constant(x))
+  np.testing.assert_array_equal(fast[0].numpy(), slow[0].numpy())
+  np.testing.assert_allclose(fast[1].numpy(), slow[1].numpy(), atol=1e-5)
+
+
+def test_cached_logits_equal_recomputation_each_step():
+  model, _ = _random_model()
+  x = _inputs(np.random.default_rng(1), 30, [6, 4])
+  enc, bias = model.encode(x)
+  cache = {"encoder_output": enc, "encdec_bias": bias, "cap": tf.constant([20, 20])}
+  fast_cache = model.init_cache(enc, bias, 8)
+  fast_cache["cap"] = cache["cap"]
+  ids = np.zeros([2, 9], np.int32)
+  fast_fn = decoding.make_symbols_to_logits_fn(model, True)
+  slow_fn = decoding.make_symbols_to_logits_fn(model, False)
+  for i in range(8):
+    fast, fast_cache = fast_fn(tf.constant(ids), i, fast_cache)
+    slow, _ = slow_fn(tf.constant(ids), i, cache)
+    np.testing.assert_allclose(fast.numpy(), slow.numpy(), atol=1e-5)
+    ids[:, i + 1] = np.argmax(fast.numpy(), -1)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_cached_equals_uncached_trained_model(trained, beam):
+  model, hp, encoders = _loaded(trained)
+  lines = ["the big house", "a small red cat runs and the dog sees", "old"]
+  rows = [encoders["inputs"].encode(s) + [1] for s in lines]
+  width = max(map(len, rows))
+  x = tf.constant([r + [0] * (width - len(r)) for r in rows], tf.int32)
+  dhp = create_decode_hparams(f"beam_size={beam},alpha=0.6,extra_length=10")
+  fast = decoding.make_decode_fn(model, dhp, hp, use_cache=True)(x)
+  slow = decoding.make_decode_fn(model, dhp, hp, use_cache=False)(x)
+  np.testing.assert_array_equal(fast[0].numpy(), slow[0].numpy())
+  np.testing.assert_allclose(fast[1].numpy(), slow[1].numpy(), atol=1e-4)
+
+
+def test_trained_model_translates(trained):
+  model, hp, encoders = _loaded(trained)
+  decoder = decode_text.TextDecoder(model, hp, encoders, create_decode_hparams("beam_size=4"))
+  out = decoder.decode_lines(["the big house", "a red cat sees the old dog"])
+  assert out == ["der groß Haus", "ein rot Katze sieht der alt Hund"]
+
+
+def test_beam_one_equals_greedy():
+  model, hp = _random_model()
+  x = tf.constant(_inputs(np.random.default_rng(2), 30, [4, 6, 5]))
+  greedy = decoding.make_decode_fn(model, create_decode_hparams("beam_size=1,extra_length=5"),
+                                   hp)(x)
+  fn = decoding.make_symbols_to_logits_fn(model, True)
+  enc, bias = model.encode(x)
+  cache = model.init_cache(enc, bias, 11)
+  cache["cap"] = decoding._input_lengths(x) + 5
+  ids, _ = beam_search.beam_search(fn, tf.zeros([3], tf.int32), 1, 11, 30, 0.0, cache)
+  np.testing.assert_array_equal(ids[:, 0, 1:].numpy(), greedy[0].numpy())
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_batch_equals_alone(beam):
+  model, hp = _random_model()
+  x = _inputs(np.random.default_rng(3), 30, [7, 3, 5, 2])
+  dhp = create_decode_hparams(f"beam_size={beam},extra_length=4")
+  fn = decoding.make_decode_fn(model, dhp, hp)
+  batch_ids, batch_scores = fn(tf.constant(x))
+  for row in range(len(x)):
+    length = int(np.count_nonzero(x[row]))
+    alone_ids, alone_scores = fn(tf.constant(x[row:row + 1, :length]))
+    got = batch_ids[row].numpy()
+    width = alone_ids.shape[1]
+    np.testing.assert_array_equal(got[:width], alone_ids[0].numpy())
+    assert not got[width:].any()
+    np.testing.assert_allclose(batch_scores[row], alone_scores[0], atol=1e-4)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_xla_equals_default(beam):
+  model, hp = _random_model()
+  x = tf.constant(_inputs(np.random.default_rng(4), 30, [6, 4]))
+  dhp = create_decode_hparams(f"beam_size={beam},extra_length=5")
+  plain = decoding.make_decode_fn(model, dhp, hp)(x)
+  xla = decoding.make_decode_fn(model, dhp, hp, jit_compile=True)(x)
+  np.testing.assert_array_equal(plain[0].numpy(), xla[0].numpy())
+  np.testing.assert_allclose(plain[1].numpy(), xla[1].numpy(), atol=1e-4)
+
+
+def test_nbest_sorted_and_scores_match_score_file(trained):
+  model, hp, encoders = _loaded(trained)
+  alpha = 0.6
+  dhp = create_decode_hparams(f"beam_size=4,alpha={alpha},return_beams=true,extra_length=8")
+  decoder = decode_text.TextDecoder(model, hp, encoders, dhp)
+  source = "a small cat sees the house"
+  x = tf.constant([encoders["inputs"].encode(source) + [1]], tf.int32)
+  ids, scores = decoder.decode_fn(x)
+  ids, scores = ids[0].numpy(), scores[0].numpy()
+  assert list(scores) == sorted(scores, reverse=True)
+  for beam_ids, score in zip(ids, scores):
+    tokens = decoding.strip_ids(beam_ids)
+    assert beam_ids[len(tokens)] == 1  # finished with EOS
+    text = encoders["targets"].decode(tokens)
+    log_prob = decoder.score_pairs([source], [text])[0]
+    penalty = ((5.0 + len(tokens) + 1) / 6.0) ** alpha
+    np.testing.assert_allclose(score, log_prob / penalty, rtol=1e-4, atol=1e-4)
+
+
+def _decoder_cli(trained, *flags_):
+  run_dir, data_dir = trained
+  return subprocess.run([sys.executable, "-m", "t2t_keras.cli.decoder",
+                         f"--data_dir={data_dir}", f"--output_dir={run_dir}", *flags_],
+                        env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_decoder_cli_file_order_empty_lines_truncation_and_bleu(trained, tmp_path):
+  src = tmp_path / "src.txt"
+  ref = tmp_path / "ref.txt"
+  out = tmp_path / "out.txt"
+  long_line = " ".join(["the big red house"] * 30)
+  src.write_text("the cat\n\n" + long_line + "\nold dog\n   \n", encoding="utf-8")
+  ref.write_text("der Katze\n\nx\nalt Hund\n\n", encoding="utf-8")
+  res = _decoder_cli(trained, f"--decode_from_file={src}", f"--decode_to_file={out}",
+                     f"--decode_reference={ref}",
+                     "--decode_hparams=beam_size=2,max_input_size=20,batch_size=2")
+  assert res.returncode == 0, res.stderr[-3000:]
+  lines = out.read_text(encoding="utf-8").split("\n")
+  assert lines[-1] == "" and len(lines) - 1 == 5
+  assert lines[0] == "der Katze" and lines[3] == "alt Hund"
+  assert lines[1] == "" and lines[4] == ""
+  assert "Truncated 1 input line(s) to max_input_size=20" in res.stderr
+  assert "BLEU = " in res.stdout and "tok:intl" in res.stdout
+
+
+def test_decoder_cli_bad_input(trained, tmp_path):
+  bad = tmp_path / "bad.txt"
+  bad.write_bytes(b"fine line\nbad \xff byte\n")
+  res = _decoder_cli(trained, f"--decode_from_file={bad}")
+  assert res.returncode != 0 and f"{bad}:2: invalid UTF-8" in res.stderr
+  res = _decoder_cli(trained, f"--decode_from_file={bad}",
+                     f"--checkpoint_path={tmp_path}/nothing")
+  assert res.returncode != 0 and "does not exist" in res.stderr
+  empty_run = tmp_path / "empty_run"
+  empty_run.mkdir()
+  res = subprocess.run([sys.executable, "-m", "t2t_keras.cli.decoder",
+                        f"--data_dir={trained[1]}", f"--output_dir={empty_run}"],
+                       env=ENV, capture_output=True, text=True, timeout=300)
+  assert res.returncode != 0 and "t2t_keras_trainer --output_dir" in res.stderr
+
+
+def test_score_file_cli(trained, tmp_path):
+  pairs = tmp_path / "pairs.tsv"
+  pairs.write_text("the cat\tder Katze\nthe cat\tder Hund\n", encoding="utf-8")
+  res = _decoder_cli(trained, f"--score_file={pairs}")
+  assert res.returncode == 0, res.stderr[-2000:]
+  good, bad = (float(v) for v in res.stdout.split())
+  assert good > bad and good < 0
