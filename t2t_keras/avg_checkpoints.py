@@ -45,7 +45,7 @@ def average_checkpoints(model: Transformer, checkpoints: Sequence[str], output_p
   for path in checkpoints:
     if not tf.io.gfile.exists(path + ".index"):
       raise FileNotFoundError(f"Checkpoint {path} does not exist.")
-    checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
+    checkpoint.read(path).expect_partial().assert_existing_objects_matched()
     weights = [np.asarray(w, np.float64) for w in model.get_weights()]
     total = weights if total is None else [t + w for t, w in zip(total, weights)]
   model.set_weights([t / len(checkpoints) for t in total])

@@ -49,6 +49,8 @@ class BeamSearchOutput(NamedTuple):
     0-padded after EOS / after the last step; sorted best first.
   scores: `[batch, beam_size]` float32; length-normalised scores of finished
     sequences, or raw log-probs of alive ones for items where none finished.
+    If fewer than beam_size finished, the empty slots hold ids 0 and a score
+    <= -INF (as in T2T); drop them before showing n-best lists.
   states: final cache of the alive beams, leading dim `batch * beam_size`.
   num_steps: scalar int32, decoding steps run (<= decode_length).
   """
@@ -399,6 +401,9 @@ def sample_with_temperature(logits: tf.Tensor, temperature: float,
   """
   if temperature == 0.0:
     return tf.argmax(logits, axis=-1, output_type=tf.int32)
+  if seed is None:
+    raise ValueError("seed is required when temperature > 0 "
+                     f"(temperature={temperature}); pass a [2] int32 tensor.")
   vocab_size = logits.shape[-1]
   if vocab_size is not None and top_k > vocab_size:
     raise ValueError(f"top_k must be <= vocab size {vocab_size} (or -1), "

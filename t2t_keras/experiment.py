@@ -275,6 +275,6 @@ def load_trained_model(output_dir: str, checkpoint_path: Optional[str] = None):
   model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
                       spec.target_space_id, name="transformer")
   model.build()
-  tf.train.Checkpoint(model=model).restore(path).expect_partial() \
+  tf.train.Checkpoint(model=model).read(path).expect_partial() \
       .assert_existing_objects_matched()
   return model, hparams, problem, spec, path

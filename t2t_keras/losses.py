@@ -28,7 +28,10 @@ def smoothing_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
   """Per-token cross-entropy against smoothed one-hot targets.
 
   The gold class gets 1 - label_smoothing and every other class, PAD included,
-  label_smoothing / (vocab - 1), as in T2T.
+  label_smoothing / (vocab - 1), as in T2T. Computed in closed form, never
+  building the `[batch, length, vocab]` soft targets: with targets t summing to 1,
+  -sum(t * log_softmax(z)) = logsumexp(z) - conf * z_gold - low * (sum(z) - z_gold).
+  The gradient, softmax(z) - t, is written by hand for the same reason.
 
   Args:
     logits: `[batch, length, vocab]` (any float dtype; computed in float32).
@@ -40,10 +43,35 @@ def smoothing_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
   vocab_size = logits.shape[-1]
   confidence = 1.0 - label_smoothing
   low = (1.0 - confidence) / (vocab_size - 1)
-  soft = tf.one_hot(tf.cast(labels, tf.int32), vocab_size, on_value=confidence,
-                    off_value=low, dtype=tf.float32)
-  xent = tf.nn.softmax_cross_entropy_with_logits(labels=soft, logits=logits)
+  xent = _smoothed_xent(logits, tf.cast(labels, tf.int32), confidence, low)
   return xent - smoothing_normalizer(vocab_size, label_smoothing)
+
+
+def _smoothed_xent(logits: tf.Tensor, labels: tf.Tensor, confidence: float,
+                   low: float) -> tf.Tensor:
+  """Closed-form smoothed cross-entropy, `[..., vocab]` float32 -> `[...]`."""
+  vocab_size = logits.shape[-1]
+  out_shape = tf.shape(labels)
+  labels = tf.reshape(labels, [-1])
+  # [tokens, 2] (row, gold id): where the gold entries sit in the flat `[tokens, vocab]`.
+  gold_index = tf.stack([tf.range(tf.size(labels)), labels], axis=1)
+
+  @tf.custom_gradient
+  def xent(z):
+    # One fused kernel gives logsumexp(z) - z_gold and softmax(z) - onehot(gold).
+    sparse, sparse_grad = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(
+        features=z, labels=labels)
+    gold = tf.gather_nd(z, gold_index)
+    value = sparse + (1.0 - confidence) * gold - low * (tf.reduce_sum(z, axis=-1) - gold)
+
+    def grad(dy):
+      # d/dz = softmax(z) - t, t = low everywhere plus (confidence - low) at gold.
+      g = (sparse_grad - low) * dy[:, None]
+      return tf.tensor_scatter_nd_add(g, gold_index, (1.0 - confidence + low) * dy)
+
+    return value, grad
+
+  return tf.reshape(xent(tf.reshape(logits, [-1, vocab_size])), out_shape)
 
 
 def padded_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,

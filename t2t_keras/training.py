@@ -160,11 +160,19 @@ class Trainer:
 
   def _build_train_fn(self):
     strategy = self.strategy
+    replica_grads, replica_apply = self._replica_grads, self._replica_apply
+    if self.jit_compile:
+      # XLA cannot hold the iterator (IteratorGetNext) nor, portably, the
+      # cross-replica all-reduce: compile the forward/backward pass (nearly all
+      # of the FLOPs) and the update, and keep the rest outside.
+      replica_grads = tf.function(replica_grads, jit_compile=True)
+      if isinstance(strategy, tf.distribute.OneDeviceStrategy):
+        replica_apply = tf.function(replica_apply, jit_compile=True)
 
     def step_fn(iterator):
       acc_grads = acc_num = acc_den = acc_tokens = None
       for k in range(self.accumulate_steps):  # unrolled: accumulation is exact sums
-        grads, num, den, tokens = strategy.run(self._replica_grads, args=(next(iterator),))
+        grads, num, den, tokens = strategy.run(replica_grads, args=(next(iterator),))
         if k == 0:
           acc_grads, acc_num, acc_den, acc_tokens = grads, num, den, tokens
         else:
@@ -172,13 +180,13 @@ class Trainer:
               lambda a, b, c, d, e, f, g, h: ([x + y for x, y in zip(a, b)], c + d, e + f,
                                               g + h),
               args=(acc_grads, grads, acc_num, num, acc_den, den, acc_tokens, tokens))
-      loss, grad_norm = strategy.run(self._replica_apply, args=(acc_grads, acc_num, acc_den))
+      loss, grad_norm = strategy.run(replica_apply, args=(acc_grads, acc_num, acc_den))
       loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
       grad_norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, grad_norm, axis=None)
       tokens = strategy.reduce(tf.distribute.ReduceOp.SUM, acc_tokens, axis=None)
       return {"loss": loss, "grad_norm": grad_norm, "tokens": tokens}
 
-    return tf.function(step_fn, jit_compile=self.jit_compile or None)
+    return tf.function(step_fn)
 
   def train_step(self, iterator: Iterator) -> Dict[str, float]:
     """One update from `accumulate_steps` micro-batches of a distributed iterator."""

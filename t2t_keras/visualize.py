@@ -41,7 +41,7 @@ Maps = Dict[str, List[np.ndarray]]
 
 # -- Attention weights ---------------------------------------------------------
 
-def _as_ids(name: str, ids) -> tf.Tensor:
+def _as_ids(name: str, ids, vocab_size: int) -> tf.Tensor:
   """One sentence of ids, `[length]` or `[1, length]` -> int32 `[1, length]`."""
   array = np.asarray(ids)
   if array.ndim == 2 and array.shape[0] == 1:
@@ -49,8 +49,9 @@ def _as_ids(name: str, ids) -> tf.Tensor:
   if array.ndim != 1 or array.size == 0 or not np.issubdtype(array.dtype, np.integer):
     raise ValueError(f"{name} must be one non-empty sentence of int ids ([length] or "
                      f"[1, length]), got shape {array.shape} and dtype {array.dtype}.")
-  if array.min() < 0:
-    raise ValueError(f"{name} must be non-negative ids, got {array.tolist()}.")
+  if array.min() < 0 or array.max() >= vocab_size:
+    raise ValueError(f"{name} must be ids in [0, {vocab_size}) (the model's vocabulary), "
+                     f"got {array.tolist()}.")
   return tf.constant(array[None], tf.int32)
 
 
@@ -107,8 +108,10 @@ def attention_maps(model: Transformer, input_ids, target_ids) -> Maps:
      "encdec": per decoder layer `[heads, target_length, input_length]`};
     rows are queries, columns keys, and each row sums to 1.
   """
-  inputs = _as_ids("input_ids", input_ids)
-  targets = _as_ids("target_ids", target_ids)
+  if not model.built:
+    raise ValueError("model must be built: call model.build() before attention_maps.")
+  inputs = _as_ids("input_ids", input_ids, model.input_vocab_size)
+  targets = _as_ids("target_ids", target_ids, model.target_vocab_size)
   encoder, encoder_output, bias = _encoder_weights(model, inputs)
   decoder, encdec = _decoder_weights(model, targets, encoder_output, bias)
   as_numpy = lambda ws: [np.asarray(tf.cast(w[0], tf.float32)) for w in ws]
@@ -125,9 +128,9 @@ def greedy_decode(model: Transformer, input_ids, decode_length: int) -> List[int
   """
   if decode_length < 1:
     raise ValueError(f"decode_length must be >= 1, got {decode_length}.")
-  inputs = _as_ids("input_ids", input_ids)
+  inputs = _as_ids("input_ids", input_ids, model.input_vocab_size)
 
-  @tf.function
+  @tf.function(autograph=False)  # Plain tf.while_loop inside; conversion is slow.
   def run(inputs):
     encoder_output, bias = model.encode(inputs, training=False)
     cache = model.init_cache(encoder_output, bias, decode_length)
@@ -207,12 +210,17 @@ def _draw(ax, weights: np.ndarray, query_tokens, key_tokens, font_size: float,
           x_labels: bool = True, y_labels: bool = True):
   image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto",
                     interpolation="nearest")
-  ax.set_xticks(range(len(key_tokens)))
-  ax.set_yticks(range(len(query_tokens)))
-  ax.set_xticklabels([_label(t) for t in key_tokens] if x_labels else [], rotation=90,
-                     fontsize=font_size)
-  ax.set_yticklabels([_label(t) for t in query_tokens] if y_labels else [],
-                     fontsize=font_size)
+  # Ticks are costly matplotlib objects: inner panels of a grid get none.
+  if x_labels:
+    ax.set_xticks(range(len(key_tokens)), [_label(t) for t in key_tokens], rotation=90,
+                  fontsize=font_size)
+  else:
+    ax.set_xticks([])
+  if y_labels:
+    ax.set_yticks(range(len(query_tokens)), [_label(t) for t in query_tokens],
+                  fontsize=font_size)
+  else:
+    ax.set_yticks([])
   return image
 
 
@@ -346,7 +354,8 @@ def read_scalars(log_dir: str) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
   records: Dict[str, Dict[int, Tuple[float, float]]] = {}
   for path in sorted(tf.io.gfile.glob(os.path.join(log_dir, "events.out.tfevents.*"))):
     try:
-      for event in tf.compat.v1.train.summary_iterator(path):
+      for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+        event = tf.compat.v1.Event.FromString(record)
         for value in event.summary.value:
           number = _scalar_value(value)
           if number is None:

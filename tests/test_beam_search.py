@@ -2,7 +2,8 @@
 
 The "models" are fixed tables `table[i, last_id] -> log-probs of next id`
 (shape `[decode_length, V, V]`), so every expected result is computed
-independently in NumPy by enumeration or by a plain-Python greedy loop.
+independently in NumPy: by enumeration, by a plain-Python greedy loop, or by
+a plain-Python T2T beam search written from the reference description.
 """
 
 import functools
@@ -225,12 +226,14 @@ def test_beam_search_beats_greedy_on_hand_built_model():
 
 
 def test_early_stop_keeps_long_sequence_favoured_by_length_penalty():
-  # Short "EOS" scores log(.6) = -0.51 at once; the 6-token path scores
-  # about log(.2 * .97**5) / ((5 + 6) / 6)**2 = -0.52 + ... > -0.51 only
-  # thanks to alpha=2, so stopping must use the largest penalty ahead.
+  # [EOS] scores log(.6) = -0.51 at step 0; the 6-token path scores
+  # log(.3 * .97**5) / ((5 + 6) / 6)**2 = -0.40 thanks to alpha=2. After
+  # step 0 its prefix bound is log(.3) / 3.36 = -0.36 (> -0.51, go on) with
+  # the largest penalty ahead, but log(.3) / ((5 + 2) / 6)**2 = -0.88 with
+  # the next step's penalty, which would stop too early.
   probs = np.full((6, 4, 4), 0.01)
   probs[:, :, 2] = 0.97
-  probs[0, 0] = [0.001, 0.6, 0.2, 0.199]
+  probs[0, 0] = [0.001, 0.6, 0.3, 0.099]
   probs[5, :, :] = [0.01, 0.97, 0.01, 0.01]
   table = np.log(probs / probs.sum(-1, keepdims=True)).astype(np.float32)
   best_tokens, best_score = enumerate_finished(table, 0, 2.0)[0]
@@ -558,6 +561,7 @@ def test_bad_arguments_raise_clear_errors():
       (lambda: bs.sample(fn, sos, 3, top_k=0), "top_k"),
       (lambda: bs.sample(fn, sos, 3, seed=(1, 2, 3)), "seed"),
       (lambda: bs.sample(fn, sos, 3, top_k=5), "top_k"),
+      (lambda: bs.sample_with_temperature(tf.zeros([2, 4]), 1.0), "seed"),
       (lambda: bs.beam_search(fn, sos, 2, 3, 4, 0.6,
                               states={"x": tf.zeros([2, 3])}), "batch=1"),
       (lambda: bs.greedy_search(fn, sos, 3, states={"x": tf.zeros([3])}),

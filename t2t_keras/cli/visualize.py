@@ -1,4 +1,4 @@
-"""t2t_keras_visualize: attention heatmaps of one sentence and training curves, as PNG.
+r"""t2t_keras_visualize: attention heatmaps of one sentence and training curves, as PNG.
 
   t2t_keras_visualize --output_dir=$TRAIN --data_dir=$DATA \
       --sentence="The house is small." --kind=all --layer=5 --all_heads --curves

@@ -72,28 +72,27 @@ class LayerPrepostprocess(keras.layers.Layer):
     self.epsilon = epsilon
 
   def build(self, input_shape):
-    self.norms = []
     if self.sequence == "none":
       return
     for i, op in enumerate(self.sequence):
       if op == "n":
+        # An attribute per norm: TF checkpoints do not follow Keras' list wrappers.
         norm = keras.layers.LayerNormalization(epsilon=self.epsilon, name=f"layer_norm_{i}",
                                                dtype=self.dtype_policy)
         norm.build(input_shape)
-        self.norms.append(norm)
+        setattr(self, f"layer_norm_{i}", norm)
     self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
   def call(self, previous, x, training=None):
     if self.sequence == "none":
       return x
-    norms = iter(self.norms)
-    for op in self.sequence:
+    for i, op in enumerate(self.sequence):
       if op == "a":
         if previous is None:
           raise ValueError("sequence contains 'a' but no residual input was given.")
         x = x + previous
       elif op == "n":
-        x = next(norms)(x)
+        x = getattr(self, f"layer_norm_{i}")(x)
       elif op == "d":
         x = self.dropout(x, training=training)
     return x

@@ -23,6 +23,14 @@ class HParamsLayer(keras.layers.Layer):
     super().__init__(**kwargs)
     self.hparams = hparams
 
+  @property
+  def layers_(self) -> List[keras.layers.Layer]:
+    """The stacked layers `layer_0`, `layer_1`, ... (stacks only)."""
+    out = []
+    while hasattr(self, f"layer_{len(out)}"):
+      out.append(getattr(self, f"layer_{len(out)}"))
+    return out
+
   def get_config(self):
     config = super().get_config()
     config["hparams"] = self.hparams.to_dict()
@@ -140,10 +148,11 @@ class TransformerEncoder(HParamsLayer):
 
   def build(self, input_shape):
     hp = self.hparams
-    self.layers_ = [EncoderLayer(hp, name=f"layer_{i}", dtype=self.dtype_policy)
-                    for i in range(hp.encoder_layers)]
-    for layer in self.layers_:
+    # One attribute per layer: TF checkpoints do not follow Keras' list wrappers.
+    for i in range(hp.encoder_layers):
+      layer = EncoderLayer(hp, name=f"layer_{i}", dtype=self.dtype_policy)
       layer.build(input_shape)
+      setattr(self, f"layer_{i}", layer)
     self.final = LayerPrepostprocess(hp.layer_preprocess_sequence, 0.0, hp.norm_epsilon,
                                      name="final_preprocess", dtype=self.dtype_policy)
     self.final.build(input_shape)
@@ -163,10 +172,10 @@ class TransformerDecoder(HParamsLayer):
 
   def build(self, input_shape):
     hp = self.hparams
-    self.layers_ = [DecoderLayer(hp, name=f"layer_{i}", dtype=self.dtype_policy)
-                    for i in range(hp.decoder_layers)]
-    for layer in self.layers_:
+    for i in range(hp.decoder_layers):
+      layer = DecoderLayer(hp, name=f"layer_{i}", dtype=self.dtype_policy)
       layer.build(input_shape)
+      setattr(self, f"layer_{i}", layer)
     self.final = LayerPrepostprocess(hp.layer_preprocess_sequence, 0.0, hp.norm_epsilon,
                                      name="final_preprocess", dtype=self.dtype_policy)
     self.final.build(input_shape)
