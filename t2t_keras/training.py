@@ -164,7 +164,7 @@ class Trainer:
     if self.jit_compile:
       # XLA cannot hold the iterator (IteratorGetNext) nor, portably, the
       # cross-replica all-reduce: compile the forward/backward pass (nearly all
-      # of the FLOPs) and the update, and keep the rest outside.
+      # of the FLOPs) and, on one device, the update; keep the rest outside.
       replica_grads = tf.function(replica_grads, jit_compile=True)
       if isinstance(strategy, tf.distribute.OneDeviceStrategy):
         replica_apply = tf.function(replica_apply, jit_compile=True)

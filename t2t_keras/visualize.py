@@ -21,7 +21,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from t2t_keras import beam_search
+from t2t_keras import decoding
+from t2t_keras.hparams import DecodeHParams
 from t2t_keras.layers.attention import (attention_bias_ignore_padding,
                                         attention_bias_lower_triangle)
 from t2t_keras.model import Transformer, shift_right_3d
@@ -119,27 +120,26 @@ def attention_maps(model: Transformer, input_ids, target_ids) -> Maps:
           "encdec": as_numpy(encdec)}
 
 
-def greedy_decode(model: Transformer, input_ids, decode_length: int) -> List[int]:
-  """Argmax translation of one sentence with the model's incremental decoder.
+def greedy_decode(model: Transformer, input_ids, extra_length: int = 50) -> List[int]:
+  """Argmax translation of one sentence, as `t2t_keras_decoder` with beam_size=1.
+
+  Uses `decoding.decode_ids` (cached incremental decoding; EOS is forced once
+  the translation reaches input length + `extra_length` tokens).
 
   Returns:
-    target ids up to and including the first EOS (all `decode_length` ids when
-    no EOS was produced).
+    target ids up to and including the first EOS.
   """
-  if decode_length < 1:
-    raise ValueError(f"decode_length must be >= 1, got {decode_length}.")
+  if extra_length < 1:
+    raise ValueError(f"extra_length must be >= 1, got {extra_length}.")
   inputs = _as_ids("input_ids", input_ids, model.input_vocab_size)
+  decode_hp = DecodeHParams(beam_size=1, extra_length=extra_length)
+  hparams = model.hparams.replace(sampling_method="argmax")
 
   @tf.function(autograph=False)  # Plain tf.while_loop inside; conversion is slow.
   def run(inputs):
-    encoder_output, bias = model.encode(inputs, training=False)
-    cache = model.init_cache(encoder_output, bias, decode_length)
-    step = lambda ids, i, cache: model.decode_step(ids[:, i], i, cache)
-    ids, _ = beam_search.greedy_search(step, tf.zeros([1], tf.int32), decode_length,
-                                       states=cache)
-    return ids
+    return decoding.decode_ids(model, inputs, decode_hp, hparams)[0]
 
-  ids = run(inputs).numpy()[0, 1:].tolist()
+  ids = run(inputs).numpy()[0].tolist()
   return ids[:ids.index(EOS_ID) + 1] if EOS_ID in ids else ids
 
 
@@ -407,6 +407,10 @@ def plot_training_curves(output_dir: str, path: str, size: Tuple[int, int] = CUR
     bleu_ax.set_title("eval BLEU")
     bleu_ax.legend()
   else:
-    bleu_ax.set_title("BLEU: none logged (train with --eval_bleu)")
+    bleu_ax.set_title("BLEU: none logged")
+    bleu_ax.text(0.5, 0.5, f"no BLEU scalars in {eval_dir}\n(train with --eval_bleu)",
+                 ha="center", va="center", transform=bleu_ax.transAxes, wrap=True)
+    bleu_ax.set_xticks([])
+    bleu_ax.set_yticks([])
   fig.suptitle(f"training curves of {output_dir}")
   return _save(fig, path, dpi)

@@ -17,23 +17,14 @@ import sys
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("problem", None, "Problem name (default: the one the run was trained on).")
-flags.DEFINE_string("hparams_set", None, "Checked against the run's hparams.json if given.")
-flags.DEFINE_string("hparams", "", "Overrides, checked against hparams.json if given.")
-flags.DEFINE_string("data_dir", None, "Directory with the problem's vocabulary.")
-flags.DEFINE_string("output_dir", None, "Training run directory (hparams.json, checkpoints).")
-flags.DEFINE_string("checkpoint_path", None, "Checkpoint prefix (default: latest in output_dir).")
-flags.DEFINE_string("decode_hparams", "", "e.g. 'beam_size=4,alpha=0.6,extra_length=50'.")
-flags.DEFINE_string("decode_from_file", None, "Source sentences, one per line.")
-flags.DEFINE_string("decode_to_file", None, "Where to write the translations.")
-flags.DEFINE_string("decode_reference", None, "Reference translations: print BLEU.")
+from t2t_keras.cli import common_flags  # noqa: F401  (defines the shared flags)
+
 flags.DEFINE_bool("decode_interactive", False, "Read sentences from stdin, print translations.")
 flags.DEFINE_string("score_file", None,
                     "Score source<TAB>target pairs from this file: print log P(target|source).")
 flags.DEFINE_bool("eval_use_test_set", False, "Decode the test split instead of dev.")
 flags.DEFINE_bool("decode_use_cache", True, "Cached incremental decoding (else recompute).")
 flags.DEFINE_bool("decode_jit_compile", False, "Compile decoding with XLA.")
-flags.DEFINE_string("t2t_usr_dir", None, "A directory of modules registering user problems.")
 
 
 def _load():

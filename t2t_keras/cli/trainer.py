@@ -12,32 +12,9 @@ from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("problem", None, "Registered problem name, e.g. translate_ende_ding_bible8k.")
-flags.DEFINE_string("model", "transformer", "Model name; only 'transformer'.")
-flags.DEFINE_string("hparams_set", "transformer_base", "Named hyperparameter set.")
-flags.DEFINE_string("hparams", "", "Overrides, e.g. 'batch_size=2048,num_heads=16'.")
-flags.DEFINE_string("data_dir", None, "Directory of the problem's TFRecords and vocabulary.")
-flags.DEFINE_string("output_dir", None, "Checkpoints, hparams.json and TensorBoard logs.")
-flags.DEFINE_string("t2t_usr_dir", None, "A directory of modules registering user problems.")
-flags.DEFINE_integer("train_steps", 250000, "Total optimizer updates to reach.")
-flags.DEFINE_integer("eval_steps", 100, "Dev batches per evaluation (0: the whole dev set).")
-flags.DEFINE_integer("local_eval_frequency", 1000, "Checkpoint (and evaluate) every N steps.")
-flags.DEFINE_enum("schedule", "continuous_train_and_eval",
-                  ["train", "evaluate", "train_and_evaluate", "continuous_train_and_eval",
-                   "continuous_eval"], "What to run.")
-flags.DEFINE_integer("keep_checkpoint_max", 20, "Checkpoints to keep.")
-flags.DEFINE_integer("worker_gpu", None, "GPUs to use on this worker (default: all visible).")
-flags.DEFINE_integer("random_seed", None, "Seed of initialization, dropout and data order.")
-flags.DEFINE_enum("distribution_strategy", None,
-                  ["one_device", "mirrored", "multi_worker_mirrored"],
-                  "Default: mirrored when several GPUs are used, else one_device.")
-flags.DEFINE_enum("mixed_precision", "none", ["none", "bfloat16", "float16"],
-                  "Mixed precision policy (float16 uses dynamic loss scaling).")
-flags.DEFINE_bool("jit_compile", False, "Compile the train step with XLA.")
+from t2t_keras.cli import common_flags  # noqa: F401  (defines the shared flags)
+
 flags.DEFINE_integer("log_every_steps", 100, "Progress line every N steps (or 30 s).")
-flags.DEFINE_string("decode_hparams", "", "Decode hparams for BLEU during evaluation.")
-flags.DEFINE_string("decode_from_file", None, "Source file to decode at each evaluation.")
-flags.DEFINE_string("decode_reference", None, "Reference of --decode_from_file for BLEU.")
 flags.DEFINE_bool("eval_bleu", False, "Decode the dev source at each evaluation and log BLEU.")
 flags.DEFINE_integer("eval_bleu_max_lines", 200, "Dev lines decoded for BLEU per evaluation.")
 
@@ -63,7 +40,7 @@ def _strategy():
 
 def main(argv):
   del argv
-  for name in ("problem", "data_dir", "output_dir"):
+  for name in ("problem", "data_dir", "output_dir", "hparams_set"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
   if FLAGS.model != "transformer":

@@ -44,6 +44,9 @@ def _load_model(output_dir: str, checkpoint_path, hparams, spec):
   if not path:
     raise app.UsageError(f"No checkpoint in {output_dir}; train first or pass "
                          "--checkpoint_path.")
+  if not tf.io.gfile.exists(path + ".index"):
+    raise app.UsageError(f"--checkpoint_path={path} is not a checkpoint (no {path}.index); "
+                         "give a prefix such as output_dir/ckpt-1000.")
   model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
                       spec.target_space_id, name="transformer")
   model.build()
@@ -72,8 +75,7 @@ def _attention_pictures(hparams, problem_name: str, spec, plot_dir: str) -> list
   if FLAGS.target is not None:
     target_ids = encoders["targets"].encode(FLAGS.target) + [visualize.EOS_ID]
   else:
-    target_ids = visualize.greedy_decode(model, input_ids,
-                                         len(input_ids) + EXTRA_DECODE_LENGTH)
+    target_ids = visualize.greedy_decode(model, input_ids, EXTRA_DECODE_LENGTH)
     print(f"Greedy translation: {encoders['targets'].decode(target_ids)}", flush=True)
   maps = visualize.attention_maps(model, input_ids, target_ids)
   return visualize.write_attention_plots(

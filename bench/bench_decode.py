@@ -1,0 +1,205 @@
+"""Decoding speed: sentences/s and output tokens/s, beam 4 and greedy.
+
+Two cases:
+* `worst`: transformer_base dimensions with random weights (no beam ever
+  finishes early, so every sentence runs to its maximum length), vocabulary
+  32,768, one batch of 32 inputs of 24 tokens (EOS included), beam 4, alpha 0.6,
+  extra_length 50 (74 output tokens a sentence). TensorFlow Model Garden's
+  Transformer decodes this at 1.8 sentences/s (132 output tokens/s) on this
+  machine in float32; the table shows the ratio to that figure.
+* `test`: the test split of the default problem (translate_ende_ding_bible8k,
+  `--data_dir`), the first `--max_lines` lines in batches of 32, longest first.
+  With `--output_dir` the trained model of that run is used, otherwise
+  transformer_small with random weights and the problem's vocabulary.
+
+Modes are `search:cache:compile`: search beam|greedy, cache cached|uncached,
+compile graph (tf.function) or xla (tf.function(jit_compile=True)). Each dtype
+builds its own model (bfloat16 = Keras' "mixed_bfloat16" policy; logits stay
+float32). Figures are medians over `--repeats` timed runs after one untimed
+warm-up run (which also traces). Output tokens count each sentence up to and
+including its EOS.
+
+Run:
+  .venv/bin/python bench/bench_decode.py                         # worst case
+  .venv/bin/python bench/bench_decode.py --cases=test --max_lines=128
+  .venv/bin/python bench/bench_decode.py --cases=worst --dtypes=bfloat16 \
+      --modes=beam:cached:xla --repeats=5
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from typing import Dict, List, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import keras  # noqa: E402  pylint: disable=g-import-not-at-top
+import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
+import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
+
+from t2t_keras import decoding  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.model import Transformer  # noqa: E402  pylint: disable=g-import-not-at-top
+
+MODEL_GARDEN_SENTENCES_PER_SEC = 1.8  # worst case, float32, this machine
+MODEL_GARDEN_TOKENS_PER_SEC = 132.0
+PROBLEM = "translate_ende_ding_bible8k"
+MODES = ("beam:cached:graph", "beam:cached:xla", "greedy:cached:graph", "greedy:cached:xla",
+         "beam:uncached:graph", "beam:uncached:xla", "greedy:uncached:graph",
+         "greedy:uncached:xla")
+DEFAULT_MODES = ("beam:cached:graph,beam:cached:xla,greedy:cached:graph,greedy:cached:xla,"
+                 "beam:uncached:xla,greedy:uncached:xla")
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--cases", default="worst", help="comma list of worst|test")
+  p.add_argument("--dtypes", default="float32,bfloat16", help="comma list of float32|bfloat16")
+  p.add_argument("--modes", default=DEFAULT_MODES, help=f"comma list among {MODES}")
+  p.add_argument("--worst_modes", default="",
+                 help="modes for the worst case if different from --modes (uncached beam "
+                      "search on the worst case takes minutes a run)")
+  p.add_argument("--repeats", type=int, default=3, help="timed runs (median taken)")
+  p.add_argument("--batch", type=int, default=32, help="sentences per batch")
+  p.add_argument("--beam_size", type=int, default=4)
+  p.add_argument("--alpha", type=float, default=0.6)
+  p.add_argument("--extra_length", type=int, default=50)
+  p.add_argument("--worst_length", type=int, default=24, help="input tokens, EOS included")
+  p.add_argument("--vocab_size", type=int, default=32768, help="worst case vocabulary")
+  p.add_argument("--hparams_set", default="transformer_base", help="worst case model")
+  p.add_argument("--data_dir", default="/tmp/t2t_data_ende2")
+  p.add_argument("--output_dir", default="", help="trained run for the test case")
+  p.add_argument("--test_hparams_set", default="transformer_small",
+                 help="random model of the test case when no --output_dir")
+  p.add_argument("--max_lines", type=int, default=128, help="test lines decoded (0: all)")
+  args = p.parse_args(argv)
+  for name in ("repeats", "batch", "beam_size", "worst_length", "vocab_size"):
+    if getattr(args, name) < 1:
+      raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}.")
+  args.cases = _choices("cases", args.cases, ("worst", "test"))
+  args.dtypes = _choices("dtypes", args.dtypes, ("float32", "bfloat16"))
+  args.modes = _choices("modes", args.modes, MODES)
+  args.worst_modes = (_choices("worst_modes", args.worst_modes, MODES)
+                      if args.worst_modes else args.modes)
+  return args
+
+
+def _choices(name: str, value: str, allowed: Tuple[str, ...]) -> List[str]:
+  items = [v.strip() for v in value.split(",") if v.strip()]
+  bad = [v for v in items if v not in allowed]
+  if bad or not items:
+    raise ValueError(f"--{name} entries must be among {allowed}, got {value!r}.")
+  return items
+
+
+def set_dtype(dtype: str) -> None:
+  keras.mixed_precision.set_global_policy(
+      "mixed_bfloat16" if dtype == "bfloat16" else "float32")
+
+
+# -- Cases: (model, list of padded input batches) ----------------------------------
+
+def worst_case(args, dtype: str) -> Tuple[Transformer, List[np.ndarray]]:
+  set_dtype(dtype)
+  hp = hparams_lib.create_hparams(args.hparams_set)
+  model = Transformer(hp, args.vocab_size, name="transformer")
+  model.build()
+  rng = np.random.default_rng(0)
+  inputs = rng.integers(2, args.vocab_size, size=(args.batch, args.worst_length))
+  inputs[:, -1] = decoding.EOS_ID
+  return model, [inputs.astype(np.int32)]
+
+
+def test_case(args, dtype: str) -> Tuple[Transformer, List[np.ndarray]]:
+  from data_gen.text_encoder import SubwordTextEncoder  # pylint: disable=g-import-not-at-top
+  set_dtype(dtype)
+  if args.output_dir:
+    from t2t_keras import experiment  # pylint: disable=g-import-not-at-top
+    model = experiment.load_trained_model(args.output_dir)[0]
+  else:
+    vocab = SubwordTextEncoder(os.path.join(args.data_dir,
+                                            f"vocab.{PROBLEM}.8192.subwords"))
+    hp = hparams_lib.create_hparams(args.test_hparams_set)
+    model = Transformer(hp, vocab.vocab_size, name="transformer")
+    model.build()
+  vocab = SubwordTextEncoder(os.path.join(args.data_dir, f"vocab.{PROBLEM}.8192.subwords"))
+  with open(os.path.join(args.data_dir, f"{PROBLEM}.test.en"), encoding="utf-8") as f:
+    lines = f.read().splitlines()
+  if args.max_lines:
+    lines = lines[:args.max_lines]
+  rows = sorted((vocab.encode(line) + [decoding.EOS_ID] for line in lines), key=len,
+                reverse=True)
+  batches = []
+  for start in range(0, len(rows), args.batch):
+    chunk = rows[start:start + args.batch]
+    # Pad to a multiple of 8 so XLA traces a few shapes only.
+    width = -(-max(len(r) for r in chunk) // 8) * 8
+    batches.append(np.array([r + [0] * (width - len(r)) for r in chunk], np.int32))
+  return model, batches
+
+
+# -- Timing ---------------------------------------------------------------------------
+
+def output_tokens(ids: np.ndarray) -> int:
+  """Tokens up to and including the first EOS of each row (`ids` `[batch, length]`)."""
+  is_eos = ids == decoding.EOS_ID
+  ends = np.where(is_eos.any(1), is_eos.argmax(1) + 1, ids.shape[1])
+  return int(ends.sum())
+
+
+def time_mode(model, batches, mode: str, args) -> Dict[str, float]:
+  search, cache, compile_ = mode.split(":")
+  decode_hp = hparams_lib.DecodeHParams(
+      beam_size=args.beam_size if search == "beam" else 1, alpha=args.alpha,
+      extra_length=args.extra_length)
+  fn = decoding.make_decode_fn(model, decode_hp, model.hparams, use_cache=cache == "cached",
+                               jit_compile=compile_ == "xla")
+
+  def run() -> Tuple[float, int]:
+    start = time.perf_counter()
+    outs = [fn(tf.constant(b)) for b in batches]
+    outs = [(ids.numpy(), scores.numpy()) for ids, scores in outs]
+    elapsed = time.perf_counter() - start
+    for _, scores in outs:
+      if not np.all(np.isfinite(scores)):
+        raise RuntimeError(f"{mode}: non-finite scores {scores}")
+    return elapsed, sum(output_tokens(ids) for ids, _ in outs)
+
+  start = time.perf_counter()
+  run()  # traces (and compiles) every batch shape
+  warmup = time.perf_counter() - start
+  runs = [run() for _ in range(args.repeats)]
+  seconds = statistics.median(r[0] for r in runs)
+  sentences = sum(len(b) for b in batches)
+  tokens = runs[0][1]
+  return {"sentences/s": sentences / seconds, "tokens/s": tokens / seconds,
+          "seconds": seconds, "warmup": warmup, "tokens/sentence": tokens / sentences}
+
+
+def main(argv: List[str]) -> None:
+  args = parse_args(argv)
+  print(f"TensorFlow {tf.__version__}; repeats={args.repeats}, batch={args.batch}, "
+        f"beam={args.beam_size}, alpha={args.alpha}, extra_length={args.extra_length}")
+  header = (f"{'case':6} {'dtype':9} {'mode':22} {'sent/s':>8} {'tok/s':>8} "
+            f"{'tok/sent':>8} {'sec/run':>8} {'warmup s':>8} {'x ModelGarden':>13}")
+  print(header)
+  print("-" * len(header))
+  for case in args.cases:
+    for dtype in args.dtypes:
+      model, batches = (worst_case if case == "worst" else test_case)(args, dtype)
+      for mode in (args.worst_modes if case == "worst" else args.modes):
+        r = time_mode(model, batches, mode, args)
+        ratio = (f"{r['sentences/s'] / MODEL_GARDEN_SENTENCES_PER_SEC:13.2f}"
+                 if case == "worst" else f"{'':13}")
+        print(f"{case:6} {dtype:9} {mode:22} {r['sentences/s']:8.2f} {r['tokens/s']:8.1f} "
+              f"{r['tokens/sentence']:8.1f} {r['seconds']:8.2f} {r['warmup']:8.1f} {ratio}",
+              flush=True)
+  set_dtype("float32")
+  print(f"Model Garden worst case (float32): {MODEL_GARDEN_SENTENCES_PER_SEC} sentences/s, "
+        f"{MODEL_GARDEN_TOKENS_PER_SEC} output tokens/s; target >= 2x.")
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])

@@ -1,0 +1,50 @@
+"""Flags shared by t2t_keras_trainer, t2t_keras_decoder and t2t_keras_exporter.
+
+One definition (like T2T's `utils/flags.py`) so that one flagfile from flags/
+works with all three commands: each defines every flag a flagfile may set,
+and ignores the ones it does not use.
+"""
+
+from absl import flags
+
+
+def _define(kind: str, name: str, default, help_text: str, enum_values=None) -> None:
+  # Several CLI modules may be imported in one process (tests): define once.
+  if name in flags.FLAGS:
+    return
+  if kind == "enum":
+    flags.DEFINE_enum(name, default, enum_values, help_text)
+  else:
+    getattr(flags, "DEFINE_" + kind)(name, default, help_text)
+
+
+# Problem, model and run directory.
+_define("string", "problem", None, "Registered problem, e.g. translate_ende_ding_bible8k.")
+_define("string", "model", "transformer", "Model name; only 'transformer'.")
+_define("string", "hparams_set", None, "Named hyperparameter set, e.g. transformer_base.")
+_define("string", "hparams", "", "Overrides in T2T syntax, e.g. 'batch_size=2048,num_heads=16'.")
+_define("string", "data_dir", None, "Directory of the problem's TFRecords and vocabulary.")
+_define("string", "output_dir", None, "Run directory: checkpoints, hparams.json, TensorBoard.")
+_define("string", "t2t_usr_dir", None, "A directory of modules registering user problems.")
+# Training.
+_define("integer", "train_steps", 250000, "Total optimizer updates to reach.")
+_define("integer", "eval_steps", 100, "Dev batches per evaluation (0: the whole dev set).")
+_define("integer", "local_eval_frequency", 1000, "Checkpoint (and evaluate) every N steps.")
+_define("enum", "schedule", "continuous_train_and_eval", "What the trainer runs.",
+        enum_values=["train", "evaluate", "train_and_evaluate", "continuous_train_and_eval",
+                     "continuous_eval"])
+_define("integer", "keep_checkpoint_max", 20, "Checkpoints to keep.")
+_define("integer", "worker_gpu", None, "GPUs to use on this worker (default: all visible).")
+_define("integer", "random_seed", None, "Seed of initialization, dropout and data order.")
+_define("enum", "distribution_strategy", None,
+        "Default: mirrored when several GPUs are used, else one_device.",
+        enum_values=["one_device", "mirrored", "multi_worker_mirrored"])
+_define("enum", "mixed_precision", "none", "Mixed precision (float16 uses loss scaling).",
+        enum_values=["none", "bfloat16", "float16"])
+_define("bool", "jit_compile", False, "Compile the train step with XLA.")
+# Decoding (the trainer uses them for BLEU in evaluation).
+_define("string", "decode_hparams", "", "e.g. 'beam_size=4,alpha=0.6,extra_length=50'.")
+_define("string", "decode_from_file", None, "Source sentences, one per line.")
+_define("string", "decode_to_file", None, "Where the decoder writes translations.")
+_define("string", "decode_reference", None, "Reference translations: BLEU is printed/logged.")
+_define("string", "checkpoint_path", None, "Checkpoint prefix (default: latest in output_dir).")
