@@ -10,6 +10,7 @@ CONSOLE_SCRIPTS = [
     "t2t_keras_avg_checkpoints = t2t_keras.cli.avg_checkpoints:run",
     "t2t_keras_bleu = t2t_keras.cli.bleu:run",
     "t2t_keras_parse_eval = t2t_keras.cli.parse_eval:run",
+    "t2t_keras_visualize = t2t_keras.cli.visualize:run",
 ]
 
 setup(

@@ -113,16 +113,34 @@ def test_trained_model_translates(trained):
 
 
 def test_beam_one_equals_greedy():
+  """Beam 1 keeps greedy's path; it may only prefer an EOS it saw as runner-up.
+
+  With one beam, T2T's search also files the best EOS candidate of each step as
+  finished, so where that beats greedy's final score beam 1 returns it instead:
+  then it is greedy's prefix followed by EOS, with a higher score.
+  """
   model, hp = _random_model()
-  x = tf.constant(_inputs(np.random.default_rng(2), 30, [4, 6, 5]))
-  greedy = decoding.make_decode_fn(model, create_decode_hparams("beam_size=1,extra_length=5"),
-                                   hp)(x)
+  x = tf.constant(_inputs(np.random.default_rng(2), 30, [4, 6, 5, 7, 3, 5]))
+  dhp = "extra_length=5,alpha=0.0"
+  greedy_ids, greedy_scores = decoding.make_decode_fn(
+      model, create_decode_hparams("beam_size=1," + dhp), hp)(x)
   fn = decoding.make_symbols_to_logits_fn(model, True)
   enc, bias = model.encode(x)
-  cache = model.init_cache(enc, bias, 11)
+  cache = model.init_cache(enc, bias, int(x.shape[1]) + 5)
   cache["cap"] = decoding._input_lengths(x) + 5
-  ids, _ = beam_search.beam_search(fn, tf.zeros([3], tf.int32), 1, 11, 30, 0.0, cache)
-  np.testing.assert_array_equal(ids[:, 0, 1:].numpy(), greedy[0].numpy())
+  ids, scores = beam_search.beam_search(fn, tf.zeros([6], tf.int32), 1, int(x.shape[1]) + 5,
+                                        30, 0.0, cache)
+  same = 0
+  for row in range(6):
+    got, want = ids[row, 0, 1:].numpy(), greedy_ids[row].numpy()
+    if np.array_equal(got, want):
+      same += 1
+      np.testing.assert_allclose(scores[row, 0], greedy_scores[row], atol=1e-5)
+    else:
+      n = len(decoding.strip_ids(got))
+      assert got[n] == 1 and np.array_equal(got[:n], want[:n])
+      assert scores[row, 0] > greedy_scores[row]
+  assert same >= 4
 
 
 @pytest.mark.parametrize("beam", [1, 4])

@@ -143,3 +143,13 @@ def test_get_config_round_trips(make):
   layer = make()
   clone = type(layer).from_config(layer.get_config())
   assert clone.get_config() == layer.get_config()
+
+
+def test_stack_layers_round_trip_config():
+  from t2t_keras.hparams import create_hparams
+  from t2t_keras.layers import transformer_layers as tl
+  hp = create_hparams("transformer_tiny", "pos=emb,num_heads=2")
+  for cls in (tl.EncoderLayer, tl.DecoderLayer, tl.TransformerEncoder, tl.TransformerDecoder):
+    layer = cls(hp, name="x")
+    clone = cls.from_config(layer.get_config())
+    assert clone.hparams == hp and clone.get_config() == layer.get_config()
