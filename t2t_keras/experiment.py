@@ -124,6 +124,8 @@ class Experiment:
     self.train_writer = tf.summary.create_file_writer(
         config.output_dir if self.is_chief else os.path.join(ckpt_dir, "logs"))
     self.eval_writer = tf.summary.create_file_writer(os.path.join(config.output_dir, "eval"))
+    # Training drops examples longer than max_length, as T2T did; count them.
+    self.dropped = tf.Variable(0, dtype=tf.int64, trainable=False, name="dropped_examples")
 
   # -- State -------------------------------------------------------------------
 
@@ -150,7 +152,8 @@ class Experiment:
 
     def dataset_fn(ctx: tf.distribute.InputContext):
       ds = inputs_lib.make_dataset(pattern, hp, mode, seed=seed,
-                                   deterministic=seed is not None)
+                                   deterministic=seed is not None,
+                                   drop_counter=self.dropped if mode == "train" else None)
       if ctx.num_input_pipelines > 1:
         ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
       return ds
@@ -198,8 +201,12 @@ class Experiment:
     wall = time.time() - start_time
     summary = {"steps": step - start_step, "tokens": tokens, "wall_time_s": wall,
                "final_loss": last.get("loss", float("nan"))}
+    flops = summary["flops"] = self.trainer.flops_seen
     self.log(f"Trained {summary['steps']} steps ({step} in total), {tokens:,.0f} tokens "
-             f"(source + target, non-pad) in {_hms(wall)}; final loss {summary['final_loss']:.4f}.")
+             f"(source + target, non-pad) in {_hms(wall)}; final loss {summary['final_loss']:.4f}; "
+             f"estimated training FLOPs {flops:.3e} (matmuls of the padded batches, "
+             f"forward + backward); {int(self.dropped.numpy())} training examples longer than "
+             f"max_length={self.trainer.hparams.max_length} dropped.")
     return summary
 
   def evaluate(self) -> Dict[str, float]:

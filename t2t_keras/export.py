@@ -103,6 +103,10 @@ class ServingModule(tf.Module):
       self.target_encoder = self.input_encoder
     else:
       self.target_encoder = GraphSubwordEncoder(vocab_files["targets"])
+    # One traced decoder shared by both signatures: beam search is traced once.
+    self.decode_padded = tf.function(
+        self._decode, input_signature=[tf.TensorSpec([None, None], tf.int32),
+                                       tf.TensorSpec([None], tf.bool)])
     self.serve_text = tf.function(
         self._serve_text, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     self.serve_examples = tf.function(
@@ -120,7 +124,7 @@ class ServingModule(tf.Module):
     empty = tf.equal(tf.strings.strip(inputs), "")
     pieces = self.input_encoder.encode(inputs)
     empty = tf.logical_or(empty, tf.equal(pieces.row_lengths(), 0))
-    ids, scores = self._decode(_truncate_and_add_eos(pieces, self.cap), empty)
+    ids, scores = self.decode_padded(_truncate_and_add_eos(pieces, self.cap), empty)
     if self.decode_hp.return_beams:
       shape = tf.shape(ids)
       text = _ids_to_text(self.target_encoder, tf.reshape(ids, [-1, shape[2]]))
@@ -141,7 +145,7 @@ class ServingModule(tf.Module):
     has_eos = tf.logical_and(has_eos, ids.row_lengths() > 0)
     tokens = tf.ragged.boolean_mask(ids, _not_last_where(ids, has_eos))
     empty = tf.equal(tokens.row_lengths(), 0)
-    out, scores = self._decode(_truncate_and_add_eos(tokens, self.cap), empty)
+    out, scores = self.decode_padded(_truncate_and_add_eos(tokens, self.cap), empty)
     return {"outputs": out, "scores": scores}
 
 

@@ -110,6 +110,7 @@ class Trainer:
     self.schedule = T2TLearningRateSchedule(hparams, train_steps)
     self._train_fn = None
     self._eval_fn = None
+    self.flops_seen = 0.0  # training FLOPs of the updates run by this object
 
   @property
   def step(self) -> int:
@@ -130,7 +131,12 @@ class Trainer:
     grads = tape.gradient(scaled, variables)
     tokens = (tf.reduce_sum(tf.cast(batch["inputs"] != 0, tf.float32)) +
               tf.reduce_sum(tf.cast(batch["targets"] != 0, tf.float32)))
-    return [tf.convert_to_tensor(g) for g in grads], num, den, tokens
+    # [non-pad tokens, training FLOPs of the padded batch]: summed like the loss.
+    shape = lambda x, i: tf.cast(tf.shape(x)[i], tf.float32)
+    flops = flops_lib.training_flops(self.hparams, self.spec.target_vocab_size,
+                                     shape(batch["inputs"], 0), shape(batch["inputs"], 1),
+                                     shape(batch["targets"], 1))
+    return [tf.convert_to_tensor(g) for g in grads], num, den, tf.stack([tokens, flops])
 
   def _replica_apply(self, grads, num, den):
     """All-reduce, normalize by the global token count, clip, apply (replica context)."""
@@ -183,8 +189,8 @@ class Trainer:
       loss, grad_norm = strategy.run(replica_apply, args=(acc_grads, acc_num, acc_den))
       loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
       grad_norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, grad_norm, axis=None)
-      tokens = strategy.reduce(tf.distribute.ReduceOp.SUM, acc_tokens, axis=None)
-      return {"loss": loss, "grad_norm": grad_norm, "tokens": tokens}
+      counts = strategy.reduce(tf.distribute.ReduceOp.SUM, acc_tokens, axis=None)
+      return {"loss": loss, "grad_norm": grad_norm, "tokens": counts[0], "flops": counts[1]}
 
     return tf.function(step_fn)
 
@@ -192,8 +198,9 @@ class Trainer:
     """One update from `accumulate_steps` micro-batches of a distributed iterator."""
     if self._train_fn is None:
       self._train_fn = self._build_train_fn()
-    out = self._train_fn(iterator)
-    return {k: float(v) for k, v in out.items()}
+    out = {k: float(v) for k, v in self._train_fn(iterator).items()}
+    self.flops_seen += out["flops"]
+    return out
 
   # -- Evaluation ---------------------------------------------------------------
 
@@ -224,9 +231,6 @@ class Trainer:
   def learning_rate(self) -> float:
     return float(self.schedule(self.optimizer.iterations))
 
-  def flops_per_token_pair(self) -> Callable[[int, int, int], float]:
-    return lambda b, li, lt: flops_lib.training_flops(
-        self.hparams, self.spec.target_vocab_size, b, li, lt)
 
 
 def _is_bias(variable) -> bool:

@@ -1,0 +1,155 @@
+"""t2t_keras_query: send sentences to a running TF Serving and print translations.
+
+  t2t_keras_query --server=localhost:8500 --servable_name=transformer \
+      --inputs_once='Hello world.'
+  echo 'Hello world.' | t2t_keras_query --server=localhost:8501 --rest \
+      --servable_name=transformer
+
+The default signature takes raw text. `--signature=serialized_example` speaks
+T2T's protocol (int64 ids in tf.train.Examples, EOS appended here) and needs
+`--data_dir` (and `--problem`) to encode and decode with the vocabulary.
+One output line per input line, in order (tab-separated beams with return_beams).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import urllib.request
+from typing import Callable, List, Optional, Sequence
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("server", None, "host:port of the model server (gRPC, or REST with --rest).")
+flags.DEFINE_string("servable_name", None, "The --model_name given to tensorflow_model_server.")
+flags.DEFINE_string("signature", "serving_default", "serving_default or serialized_example.")
+flags.DEFINE_string("inputs_once", None, "Translate this one sentence and exit.")
+flags.DEFINE_string("input_file", None, "Translate the lines of this file (default: stdin).")
+flags.DEFINE_bool("rest", False, "Use the REST API (POST .../v1/models/<name>:predict).")
+flags.DEFINE_integer("timeout_secs", 10, "Per-request deadline in seconds.")
+flags.DEFINE_integer("batch_size", 32, "Sentences per request.")
+flags.DEFINE_string("problem", None, "For --signature=serialized_example: the problem.")
+flags.DEFINE_string("data_dir", None, "For --signature=serialized_example: its vocabulary.")
+
+EXAMPLE_SIGNATURE = "serialized_example"
+
+
+def make_grpc_request_fn(server: str, servable_name: str, signature: str,
+                         timeout_secs: float) -> Callable[[List], dict]:
+  """fn(list of bytes) -> {"outputs": ndarray, "scores": ndarray} over gRPC."""
+  import grpc
+  import tensorflow as tf
+  from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+  channel = grpc.insecure_channel(server)
+  stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+  key = "input" if signature == EXAMPLE_SIGNATURE else "inputs"
+
+  def request_fn(values: List[bytes]) -> dict:
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = servable_name
+    request.model_spec.signature_name = signature
+    request.inputs[key].CopyFrom(tf.make_tensor_proto(values, dtype=tf.string))
+    response = stub.Predict(request, timeout_secs)
+    return {name: tf.make_ndarray(response.outputs[name]) for name in ("outputs", "scores")}
+
+  return request_fn
+
+
+def make_rest_request_fn(server: str, servable_name: str, signature: str,
+                         timeout_secs: float) -> Callable[[List], dict]:
+  """fn(list of bytes) -> {"outputs": list, "scores": list} over TF Serving's REST API."""
+  import numpy as np
+  url = f"http://{server}/v1/models/{servable_name}:predict"
+
+  def request_fn(values: List[bytes]) -> dict:
+    if signature == EXAMPLE_SIGNATURE:
+      instances = [{"b64": base64.b64encode(v).decode("ascii")} for v in values]
+    else:
+      instances = [v.decode("utf-8") for v in values]
+    body = json.dumps({"signature_name": signature, "instances": instances}).encode("utf-8")
+    request = urllib.request.Request(url, data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout_secs) as response:
+      predictions = json.loads(response.read().decode("utf-8"))["predictions"]
+    outputs = [p["outputs"] for p in predictions]
+    if signature != EXAMPLE_SIGNATURE:  # text comes back as JSON strings
+      outputs = np.array(outputs, dtype=object)
+    return {"outputs": np.array(outputs), "scores": np.array([p["scores"] for p in predictions])}
+
+  return request_fn
+
+
+def _as_text(value) -> str:
+  return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def translate(lines: Sequence[str], request_fn: Callable[[List], dict], batch_size: int = 32,
+              encoders: Optional[dict] = None) -> List[str]:
+  """One output string per input line, in order (beams joined by tabs).
+
+  Args:
+    encoders: {"inputs", "targets"} Python encoders for the serialized_example
+      signature (ids in, ids out); None for the raw-text signature.
+  """
+  from t2t_keras import decoding, export
+  if batch_size < 1:
+    raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+  results = []
+  for begin in range(0, len(lines), batch_size):
+    batch = lines[begin:begin + batch_size]
+    if encoders is None:
+      values = [line.encode("utf-8") for line in batch]
+    else:
+      values = [export.make_example(encoders["inputs"].encode(line) + [decoding.EOS_ID])
+                for line in batch]
+    outputs = request_fn(values)["outputs"]
+    for row in outputs:
+      if encoders is not None:
+        import numpy as np
+        rows = np.asarray(row)
+        rows = rows[None] if rows.ndim == 1 else rows
+        texts = [encoders["targets"].decode(decoding.strip_ids(r)) for r in rows]
+      else:
+        texts = [_as_text(v) for v in (row if not isinstance(row, (bytes, str)) else [row])]
+      results.append("\t".join(texts))
+  return results
+
+
+def _read_input() -> List[str]:
+  if FLAGS.inputs_once is not None:
+    return [FLAGS.inputs_once]
+  if FLAGS.input_file:
+    from t2t_keras import decode_text
+    return decode_text.read_lines(FLAGS.input_file)
+  return [line.rstrip("\n") for line in sys.stdin]
+
+
+def main(argv):
+  del argv
+  for name in ("server", "servable_name"):
+    if not getattr(FLAGS, name):
+      raise app.UsageError(f"--{name} is required.")
+  if FLAGS.signature not in ("serving_default", EXAMPLE_SIGNATURE):
+    raise app.UsageError(f"--signature must be serving_default or {EXAMPLE_SIGNATURE}, got "
+                         f"{FLAGS.signature!r}.")
+  encoders = None
+  if FLAGS.signature == EXAMPLE_SIGNATURE:
+    if not FLAGS.data_dir or not FLAGS.problem:
+      raise app.UsageError("--signature=serialized_example needs --problem and --data_dir "
+                           "to encode inputs and decode output ids.")
+    from data_gen import registry
+    encoders = registry.problem(FLAGS.problem, FLAGS.data_dir).feature_encoders(FLAGS.data_dir)
+  make = make_rest_request_fn if FLAGS.rest else make_grpc_request_fn
+  request_fn = make(FLAGS.server, FLAGS.servable_name, FLAGS.signature, FLAGS.timeout_secs)
+  for line in translate(_read_input(), request_fn, FLAGS.batch_size, encoders):
+    print(line, flush=True)
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()
