@@ -94,7 +94,10 @@ class ServingModule(tf.Module):
       if side not in vocab_files or not os.path.exists(vocab_files[side]):
         raise ValueError(f"vocab_files[{side!r}] must name an existing vocab file, got "
                          f"{vocab_files.get(side)!r}.")
-    self.model = model
+    # Track the model's raw tf.Variables, not the Keras objects: the session-based
+    # loader TF Serving uses restores only these (as Keras' ExportArchive does).
+    self.model_variables = [v.value for v in model.variables]
+    self._model_fn = lambda: model  # a closure, so the Keras model is not tracked
     self.decode_hp = decode_hp
     self.hparams = hparams
     self.cap = input_cap(decode_hp, hparams)
@@ -115,7 +118,7 @@ class ServingModule(tf.Module):
 
   def _decode(self, ids: tf.Tensor, empty: tf.Tensor):
     """ids int32 `[batch, length]` -> masked (ids, scores) as `decode_ids`."""
-    out, scores = decoding.decode_ids(self.model, ids, self.decode_hp, self.hparams,
+    out, scores = decoding.decode_ids(self._model_fn(), ids, self.decode_hp, self.hparams,
                                       use_cache=True)
     return _mask_empty(out, scores, empty)
 

@@ -103,9 +103,12 @@ class Transformer(keras.Model):
 
   # -- Encoder ---------------------------------------------------------------
 
-  def encode(self, inputs, training=None) -> Tuple[tf.Tensor, tf.Tensor]:
-    """inputs `[batch, length]` -> (encoder_output `[batch, length, hidden]`,
-    encoder-decoder bias float32 `[batch, 1, 1, length]`)."""
+  def embed_inputs(self, inputs, training=None) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Encoder input: embeddings (+ target space) + positions, dropout.
+
+    inputs `[batch, length]` -> (x `[batch, length, hidden]`, float32 padding bias
+    `[batch, 1, 1, length]`).
+    """
     inputs = tf.cast(inputs, tf.int32)
     x = self.input_modality.embed(inputs)
     bias = attention_bias_ignore_padding(tf.cast(tf.equal(inputs, 0), tf.float32))
@@ -113,16 +116,28 @@ class Transformer(keras.Model):
       space = self.target_space_embedding(tf.constant([self.target_space_id]))
       x += tf.cast(space, x.dtype)[None]
     x = self.inputs_position(x)
-    x = self.input_dropout(x, training=training)
+    return self.input_dropout(x, training=training), bias
+
+  def encode(self, inputs, training=None) -> Tuple[tf.Tensor, tf.Tensor]:
+    """inputs `[batch, length]` -> (encoder_output `[batch, length, hidden]`,
+    encoder-decoder bias float32 `[batch, 1, 1, length]`)."""
+    x, bias = self.embed_inputs(inputs, training=training)
     return self.encoder(x, bias, training=training), bias
 
   # -- Teacher-forced decoder ------------------------------------------------
 
-  def decode(self, targets, encoder_output, encdec_bias, training=None) -> tf.Tensor:
-    """targets `[batch, length]` -> float32 logits `[batch, length, vocab]`."""
+  def embed_targets(self, targets, training=None) -> tf.Tensor:
+    """Decoder input: shifted-right target embeddings + positions, dropout.
+
+    targets `[batch, length]` -> `[batch, length, hidden]`.
+    """
     x = shift_right_3d(self.target_modality.embed(targets))
     x = self.targets_position(x)
-    x = self.target_dropout(x, training=training)
+    return self.target_dropout(x, training=training)
+
+  def decode(self, targets, encoder_output, encdec_bias, training=None) -> tf.Tensor:
+    """targets `[batch, length]` -> float32 logits `[batch, length, vocab]`."""
+    x = self.embed_targets(targets, training=training)
     self_bias = attention_bias_lower_triangle(tf.shape(targets)[1])
     x = self.decoder(x, encoder_output, self_bias, encdec_bias, training=training)
     return tf.cast(self.softmax.logits(x), tf.float32)

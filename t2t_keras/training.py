@@ -12,8 +12,7 @@ is known for clipping and summaries.
 from __future__ import annotations
 
 import dataclasses
-import time
-from typing import Callable, Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional
 
 import keras
 import numpy as np

@@ -23,9 +23,8 @@ import tensorflow as tf
 
 from t2t_keras import decoding
 from t2t_keras.hparams import DecodeHParams
-from t2t_keras.layers.attention import (attention_bias_ignore_padding,
-                                        attention_bias_lower_triangle)
-from t2t_keras.model import Transformer, shift_right_3d
+from t2t_keras.layers.attention import attention_bias_lower_triangle
+from t2t_keras.model import Transformer
 
 KINDS = ("encoder", "decoder", "encdec")
 EOS_ID = 1
@@ -58,15 +57,9 @@ def _as_ids(name: str, ids, vocab_size: int) -> tf.Tensor:
 
 def _encoder_weights(model: Transformer, inputs: tf.Tensor):
   """Encoder self-attention weights of each layer, encoder output and padding bias."""
-  hp = model.hparams
-  # The prelude of `Transformer.encode` with dropout off; tests check that
-  # attention recomputed from these weights reproduces `model(features)`.
-  x = model.input_modality.embed(inputs)
-  bias = attention_bias_ignore_padding(tf.cast(tf.equal(inputs, 0), tf.float32))
-  if hp.use_target_space_embedding:
-    space = model.target_space_embedding(tf.constant([model.target_space_id]))
-    x += tf.cast(space, x.dtype)[None]
-  x = model.inputs_position(x)
+  # Tests check that attention recomputed from these weights reproduces
+  # `model(features)`.
+  x, bias = model.embed_inputs(inputs, training=False)
   weights = []
   for layer in model.encoder.layers_:
     query = layer.pre(None, x, training=False)
@@ -77,7 +70,7 @@ def _encoder_weights(model: Transformer, inputs: tf.Tensor):
 
 def _decoder_weights(model: Transformer, targets: tf.Tensor, encoder_output, encdec_bias):
   """Decoder self- and encoder-decoder attention weights of each layer."""
-  x = model.targets_position(shift_right_3d(model.target_modality.embed(targets)))
+  x = model.embed_targets(targets, training=False)
   self_bias = attention_bias_lower_triangle(tf.shape(targets)[1])
   self_weights, encdec_weights = [], []
   for layer in model.decoder.layers_:

@@ -11,7 +11,6 @@ Without --decode_from_file it decodes the problem's dev split (test with
 
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import app, flags

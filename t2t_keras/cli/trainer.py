@@ -6,9 +6,8 @@
 
 from __future__ import annotations
 
-import os
 
-from absl import app, flags, logging
+from absl import app, flags
 
 FLAGS = flags.FLAGS
 

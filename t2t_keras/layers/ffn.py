@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 
 from t2t_keras.layers.attention import glorot_uniform
 
