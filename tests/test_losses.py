@@ -47,3 +47,24 @@ def test_perfect_prediction_costs_zero():
   logits = np.log(target)[None, None].astype(np.float32)
   num, _ = losses.padded_cross_entropy(logits, np.array([[3]]), ls)
   assert abs(float(num)) < 1e-5
+
+
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+def test_gradient_is_softmax_minus_smoothed_targets(ls):
+  import tensorflow as tf
+  rng = np.random.default_rng(1)
+  logits = tf.constant(rng.normal(scale=2.0, size=(2, 3, 7)).astype(np.float32))
+  labels = np.array([[1, 4, 0], [6, 2, 3]])
+  with tf.GradientTape() as tape:
+    tape.watch(logits)
+    num, _ = losses.padded_cross_entropy(logits, labels, ls)
+  got = tape.gradient(num, logits).numpy()
+  z = logits.numpy().astype(np.float64)
+  softmax = np.exp(z - z.max(-1, keepdims=True))
+  softmax /= softmax.sum(-1, keepdims=True)
+  target = np.full(z.shape, ls / 6)
+  for b in range(2):
+    for t in range(3):
+      target[b, t, labels[b, t]] = 1 - ls
+  want = (softmax - target) * (labels != 0)[..., None]
+  np.testing.assert_allclose(got, want, atol=1e-6)

@@ -216,3 +216,15 @@ def test_checkpoint_restores_every_model_and_optimizer_variable(tmp_path):
       tf.train.latest_checkpoint(str(tmp_path))).expect_partial()
   for name, a, b in zip(names, source.model.get_weights(), alone.get_weights()):
     np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def test_xla_train_step_equals_default():
+  parts = batches(1, seed=9)
+  hp = create_hparams("transformer_tiny", LINEAR_ADAM + ",num_hidden_layers=1")
+  plain = Trainer(hp, SPEC, create_strategy("one_device"))
+  xla = Trainer(hp, SPEC, create_strategy("one_device"), jit_compile=True)
+  xla.model.set_weights(plain.model.get_weights())
+  a, b = one_step(plain, parts), one_step(xla, parts)
+  np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-5)
+  for x, y in zip(plain.model.get_weights(), xla.model.get_weights()):
+    np.testing.assert_allclose(x, y, atol=1e-5)
