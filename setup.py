@@ -11,6 +11,8 @@ CONSOLE_SCRIPTS = [
     "t2t_keras_bleu = t2t_keras.cli.bleu:run",
     "t2t_keras_parse_eval = t2t_keras.cli.parse_eval:run",
     "t2t_keras_visualize = t2t_keras.cli.visualize:run",
+    "t2t_keras_exporter = t2t_keras.cli.exporter:run",
+    "t2t_keras_query = t2t_keras.cli.query:run",
 ]
 
 setup(
@@ -29,11 +31,12 @@ setup(
         "absl-py>=2.1",
         # tf.summary needs TensorBoard, which TensorFlow 2.21 no longer installs.
         "tensorboard>=2.20",
+        # TF Serving's PredictionLog (warm-up requests) and gRPC client stubs.
+        "tensorflow-serving-api==2.21.*",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100"],
         "viz": ["matplotlib>=3.8"],
-        "serving": ["tensorflow-serving-api==2.21.*"],
     },
     entry_points={"console_scripts": CONSOLE_SCRIPTS},
 )

@@ -12,7 +12,11 @@ Model-agnostic: nothing here imports model code. Every decoder takes a callable
 * `i`: scalar int32 step, `0 <= i < decode_length`.
 * `cache`: nested dict of tensors with leading dim `n`, returned updated and
   never mutated. Every tensor in it is tiled to the beams and gathered when
-  beams are reordered, so put only per-example tensors there. Shapes must stay
+  beams are reordered, so put only per-beam tensors there: rows are item-major
+  (`row = item * beam_size + beam`), so tensors that stay equal across the
+  beams of an item (e.g. encoder outputs) are better repeated once with
+  `tf.repeat(t, beam_size, axis=0)` and captured by the fn, which saves
+  gathering them every step. Shapes must stay
   fixed across steps (write step `i` into fixed-size buffers) so the loop runs
   in `tf.while_loop` and compiles with `tf.function(jit_compile=True)`.
 * `logits`: `[n, vocab_size]` float (normalised by `log_softmax` here).

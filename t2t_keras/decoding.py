@@ -41,27 +41,66 @@ def _force_eos_at_cap(logits: tf.Tensor, i: tf.Tensor, cap: tf.Tensor) -> tf.Ten
   return tf.where(at_cap, eos_only + tf.zeros_like(logits), logits)
 
 
-def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True):
+def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True,
+                              static: Optional[Dict] = None):
   """Returns fn(ids, i, cache) -> (logits, cache) for `beam_search`.
 
   cached: `model.decode_step` on the last id with fixed-size key/value buffers.
   uncached: re-runs the decoder over the whole prefix each step (T2T's slow path),
   reading only `cache["encoder_output"]`, `cache["encdec_bias"]`, `cache["cap"]`.
+
+  static: optional second output of `split_cache`, already tiled to the rows of
+  `ids`: the tensors that never change and are the same for every beam of an
+  item. They stay out of `cache`, which beam search gathers every step; `cache`
+  is then the first output of `split_cache` and is returned in that form.
   """
   def cached(ids, i, cache):
-    state = {"encdec_bias": cache["encdec_bias"], "layers": cache["layers"]}
+    if static is None:
+      state = {"encdec_bias": cache["encdec_bias"], "layers": cache["layers"]}
+    else:
+      state = {"encdec_bias": static["encdec_bias"],
+               "layers": [dict(own, **fixed) for own, fixed in
+                          zip(cache["layers"], static["layers"])]}
     logits, state = model.decode_step(ids[:, i], i, state)
     logits = _force_eos_at_cap(logits, i, cache["cap"])
-    return logits, dict(cache, layers=state["layers"])
+    layers = state["layers"]
+    if static is not None:
+      layers = [{"k": layer["k"], "v": layer["v"]} for layer in layers]
+    return logits, dict(cache, layers=layers)
 
   def uncached(ids, i, cache):
+    fixed = cache if static is None else static
     targets = ids[:, 1:]  # positions > i are still 0 and causally invisible at i
-    logits = model.decode(targets, cache["encoder_output"], cache["encdec_bias"],
+    logits = model.decode(targets, fixed["encoder_output"], fixed["encdec_bias"],
                           training=False)
     logits = tf.gather(logits, i, axis=1)
     return _force_eos_at_cap(logits, i, cache["cap"]), cache
 
   return cached if use_cache else uncached
+
+
+def split_cache(cache: Dict, beam_size: int) -> Tuple[Dict, Dict]:
+  """Splits a decoding cache into (per-beam state, static part) for beam search.
+
+  Everything that is fixed during decoding and equal across the beams of an
+  item (encoder-decoder bias and keys/values, or the encoder output of the
+  uncached path) is repeated to `[batch * beam_size, ...]` once, in beam
+  search's item-major row order, so no step gathers it. The per-beam state
+  keeps `cap` and the self-attention buffers `[batch, heads, decode_length,
+  depth]`, which beam search tiles and gathers.
+  """
+  tile = lambda t: tf.repeat(t, beam_size, axis=0)
+  if "layers" not in cache:  # uncached
+    static = {"encoder_output": tile(cache["encoder_output"]),
+              "encdec_bias": tile(cache["encdec_bias"])}
+    return {"cap": cache["cap"]}, static
+  static = {"encdec_bias": tile(cache["encdec_bias"]),
+            "layers": [{"k_encdec": tile(layer["k_encdec"]),
+                        "v_encdec": tile(layer["v_encdec"])}
+                       for layer in cache["layers"]]}
+  state = {"cap": cache["cap"],
+           "layers": [{"k": layer["k"], "v": layer["v"]} for layer in cache["layers"]]}
+  return state, static
 
 
 def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
@@ -83,8 +122,8 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
   """
   inputs = tf.cast(inputs, tf.int32)
   if decode_length is None:
-    static = inputs.shape[1]
-    decode_length = (static if static is not None else tf.shape(inputs)[1]) + \
+    known = inputs.shape[1]
+    decode_length = (known if known is not None else tf.shape(inputs)[1]) + \
         decode_hp.extra_length
   cap = _input_lengths(inputs) + decode_hp.extra_length
   encoder_output, encdec_bias = model.encode(inputs, training=False)
@@ -93,16 +132,17 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
     cache["cap"] = cap
   else:
     cache = {"encoder_output": encoder_output, "encdec_bias": encdec_bias, "cap": cap}
-  fn = make_symbols_to_logits_fn(model, use_cache)
-  batch = tf.shape(inputs)[0]
-  initial = tf.zeros([batch], tf.int32)
+  initial = tf.zeros([tf.shape(inputs)[0]], tf.int32)
   if decode_hp.beam_size > 1:
+    cache, static = split_cache(cache, decode_hp.beam_size)
+    fn = make_symbols_to_logits_fn(model, use_cache, static)
     top = decode_hp.beam_size if decode_hp.return_beams else 1
     ids, scores = beam_search.beam_search(
         fn, initial, decode_hp.beam_size, decode_length, model.target_vocab_size,
         decode_hp.alpha, states=cache, eos_id=EOS_ID, stop_early=True, top_beams=top)
     ids = ids[:, :, 1:]
     return (ids, scores) if decode_hp.return_beams else (ids[:, 0], scores[:, 0])
+  fn = make_symbols_to_logits_fn(model, use_cache)
   if hparams.sampling_method == "argmax":
     ids, scores = beam_search.greedy_search(fn, initial, decode_length, EOS_ID, cache)
   else:

@@ -142,11 +142,7 @@ class ServingModule(tf.Module):
     parsed = tf.io.parse_example(serialized, {"inputs": tf.io.VarLenFeature(tf.int64)})
     ids = tf.RaggedTensor.from_sparse(parsed["inputs"])
     ids = tf.ragged.boolean_mask(ids, tf.not_equal(ids, 0))
-    # Cut before a client's trailing EOS so the cap counts tokens only, then re-add it.
-    has_eos = tf.equal(tf.gather(ids.flat_values, tf.maximum(ids.row_limits() - 1, 0)),
-                       EOS_ID)
-    has_eos = tf.logical_and(has_eos, ids.row_lengths() > 0)
-    tokens = tf.ragged.boolean_mask(ids, _not_last_where(ids, has_eos))
+    tokens = _drop_trailing_eos(ids)  # so the cap counts tokens only; EOS is re-added
     empty = tf.equal(tokens.row_lengths(), 0)
     out, scores = self.decode_padded(_truncate_and_add_eos(tokens, self.cap), empty)
     return {"outputs": out, "scores": scores}
@@ -158,12 +154,12 @@ def _expand_like(mask: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
                                                              tf.int32)], 0))
 
 
-def _not_last_where(ids: tf.RaggedTensor, drop_last: tf.Tensor) -> tf.RaggedTensor:
-  """bool ragged like `ids`: False only at the last id of rows where `drop_last`."""
+def _drop_trailing_eos(ids: tf.RaggedTensor) -> tf.RaggedTensor:
+  """int `[batch, (n)]` without the last id of each row whose last id is EOS."""
   position = tf.range(tf.size(ids.flat_values, out_type=ids.row_splits.dtype))
   is_last = tf.equal(position, tf.gather(ids.row_limits() - 1, ids.value_rowids()))
-  return ids.with_flat_values(tf.logical_not(tf.logical_and(
-      is_last, tf.gather(drop_last, ids.value_rowids()))))
+  drop = tf.logical_and(is_last, tf.equal(ids.flat_values, EOS_ID))
+  return tf.ragged.boolean_mask(ids, ids.with_flat_values(tf.logical_not(drop)))
 
 
 # -- Versioned export -----------------------------------------------------------

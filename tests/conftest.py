@@ -121,3 +121,10 @@ def fake_parallel_files(tmp_path):
       paths["%s_%s" % (split, side)] = str(p)
   paths["data"] = data
   return paths
+
+
+@pytest.fixture(scope="session")
+def tiny_trained_run(tmp_path_factory):
+  """(run_dir, data_dir) of a small model trained once per session on the tiny problem."""
+  from tests.trained_fixture import train_tiny_run
+  return train_tiny_run(str(tmp_path_factory.mktemp("tiny_run")))

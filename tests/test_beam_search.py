@@ -461,6 +461,34 @@ def test_states_tiled_per_example():
   assert not np.array_equal(batch[0].numpy()[1], batch[0].numpy()[2])
 
 
+
+def test_constant_state_outside_cache_matches_gathered_state():
+  """Rows are item-major, so per-item constants repeated once with tf.repeat
+  and captured by the fn (never gathered) give the result of cache states."""
+  length, vocab, beam = 7, 6, 3
+  table = tf.constant(random_table(5, length=length, vocab=vocab,
+                                   eos_boost=0.5))
+  bias = np.random.default_rng(6).normal(size=(3, vocab)).astype(np.float32)
+  sos = tf.constant([0, 2, 2])
+
+  def in_cache(ids, i, cache):
+    last = tf.gather(ids, i, axis=1)
+    return tf.gather(table[i], last) + cache["bias"], cache
+
+  repeated = tf.repeat(tf.constant(bias), beam, axis=0)  # [3 * beam, vocab]
+
+  def captured(ids, i, cache):
+    return tf.gather(table[i], tf.gather(ids, i, axis=1)) + repeated, cache
+
+  want = bs.beam_search(in_cache, sos, beam, length, vocab, 0.6,
+                        states={"bias": tf.constant(bias)})
+  got = bs.beam_search(captured, sos, beam, length, vocab, 0.6)
+  np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+  np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
+  # The bias matters: without it the decodes differ.
+  plain = bs.beam_search(table_fn(table.numpy()), sos, beam, length, vocab, 0.6)
+  assert not np.array_equal(plain[0].numpy(), want[0].numpy())
+
 # -------------------------------------------------------- greedy / sample ---
 @pytest.mark.parametrize("seed", range(3))
 def test_greedy_matches_numpy_reference(seed):

@@ -8,37 +8,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.tiny_problem import make_tiny_problem
 from t2t_keras import beam_search, decode_text, decoding, experiment
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from t2t_keras.model import Transformer
-from t2t_keras.training import ModelSpec, Trainer, create_strategy
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
-SMALL = ("num_hidden_layers=2,hidden_size=64,filter_size=128,num_heads=4,batch_size=512,"
-         "learning_rate_warmup_steps=100,learning_rate_constant=0.5")
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tiny_trained_run):
   """A small model trained on the tiny word-for-word problem: (run_dir, data_dir)."""
-  root = str(tmp_path_factory.mktemp("dec"))
-  data_dir = make_tiny_problem(root)
-  from data_gen import registry
-  problem = registry.problem("translate_from_files", data_dir)
-  enc = problem.feature_encoders(data_dir)
-  hp = create_hparams("transformer_tiny", SMALL)
-  spec = ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
-  run_dir = os.path.join(root, "run")
-  experiment.save_or_check_run_files(run_dir, hp, "translate_from_files", spec)
-  tf.keras.utils.set_random_seed(0)
-  trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=400)
-  config = experiment.RunConfig(output_dir=run_dir, train_steps=400, local_eval_frequency=200,
-                                random_seed=0)
-  experiment.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
-                        log=lambda line: None).train()
-  return run_dir, data_dir
+  return tiny_trained_run
 
 
 def _random_model(vocab=30, overrides=""):

@@ -48,3 +48,38 @@ _define("string", "decode_from_file", None, "Source sentences, one per line.")
 _define("string", "decode_to_file", None, "Where the decoder writes translations.")
 _define("string", "decode_reference", None, "Reference translations: BLEU is printed/logged.")
 _define("string", "checkpoint_path", None, "Checkpoint prefix (default: latest in output_dir).")
+
+
+def load_trained_run():
+  """Model, hparams, problem and encoders of --output_dir for decoder and exporter.
+
+  The model is rebuilt from the run's hparams.json; --hparams_set/--hparams and
+  --problem, when given (e.g. by a flagfile), must agree with the run.
+  """
+  import sys
+
+  from absl import app
+
+  from data_gen import registry
+  from t2t_keras import experiment
+  from t2t_keras.hparams import create_hparams
+  FLAGS = flags.FLAGS
+  for name in ("data_dir", "output_dir"):
+    if not getattr(FLAGS, name):
+      raise app.UsageError(f"--{name} is required.")
+  registry.import_usr_dir(FLAGS.t2t_usr_dir)
+  model, hparams, problem_name, _, path = experiment.load_trained_model(
+      FLAGS.output_dir, FLAGS.checkpoint_path)
+  if FLAGS.hparams_set:
+    wanted = create_hparams(FLAGS.hparams_set, FLAGS.hparams)
+    if wanted != hparams:
+      diff = sorted(k for k, v in wanted.to_dict().items() if hparams.to_dict()[k] != v)
+      raise app.UsageError(f"--hparams_set/--hparams differ from {FLAGS.output_dir}/"
+                           f"hparams.json in: {', '.join(diff)}. Omit them to use the run's.")
+  if FLAGS.problem and FLAGS.problem != problem_name:
+    raise app.UsageError(f"--problem={FLAGS.problem}, but {FLAGS.output_dir} was trained on "
+                         f"{problem_name}.")
+  problem = registry.problem(problem_name, FLAGS.data_dir)
+  encoders = problem.feature_encoders(FLAGS.data_dir)
+  print(f"Loaded {path} ({problem_name}).", file=sys.stderr, flush=True)
+  return model, hparams, problem, encoders

@@ -16,7 +16,7 @@ import sys
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-from t2t_keras.cli import common_flags  # noqa: F401  (defines the shared flags)
+from t2t_keras.cli import common_flags  # defines the shared flags
 
 flags.DEFINE_bool("decode_interactive", False, "Read sentences from stdin, print translations.")
 flags.DEFINE_string("score_file", None,
@@ -26,37 +26,12 @@ flags.DEFINE_bool("decode_use_cache", True, "Cached incremental decoding (else r
 flags.DEFINE_bool("decode_jit_compile", False, "Compile decoding with XLA.")
 
 
-def _load():
-  from data_gen import registry
-  from t2t_keras import experiment
-  from t2t_keras.hparams import create_hparams
-  registry.import_usr_dir(FLAGS.t2t_usr_dir)
-  model, hparams, problem_name, _, path = experiment.load_trained_model(
-      FLAGS.output_dir, FLAGS.checkpoint_path)
-  if FLAGS.hparams_set:
-    wanted = create_hparams(FLAGS.hparams_set, FLAGS.hparams)
-    if wanted != hparams:
-      diff = sorted(k for k, v in wanted.to_dict().items() if hparams.to_dict()[k] != v)
-      raise app.UsageError(f"--hparams_set/--hparams differ from {FLAGS.output_dir}/"
-                           f"hparams.json in: {', '.join(diff)}. Omit them to use the run's.")
-  if FLAGS.problem and FLAGS.problem != problem_name:
-    raise app.UsageError(f"--problem={FLAGS.problem}, but {FLAGS.output_dir} was trained on "
-                         f"{problem_name}.")
-  problem = registry.problem(problem_name, FLAGS.data_dir)
-  encoders = problem.feature_encoders(FLAGS.data_dir)
-  print(f"Loaded {path} ({problem_name}).", file=sys.stderr, flush=True)
-  return model, hparams, problem, encoders
-
-
 def main(argv):
   del argv
-  for name in ("data_dir", "output_dir"):
-    if not getattr(FLAGS, name):
-      raise app.UsageError(f"--{name} is required.")
   from t2t_keras import bleu, decode_text
   from t2t_keras.hparams import create_decode_hparams
   decode_hp = create_decode_hparams(FLAGS.decode_hparams)
-  model, hparams, problem, encoders = _load()
+  model, hparams, problem, encoders = common_flags.load_trained_run()
   decoder = decode_text.TextDecoder(
       model, hparams, encoders, decode_hp, use_cache=FLAGS.decode_use_cache,
       jit_compile=FLAGS.decode_jit_compile, log=lambda line: print(line, file=sys.stderr,

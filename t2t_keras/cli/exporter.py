@@ -16,45 +16,22 @@ import sys
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("problem", None, "Problem name (default: the one the run was trained on).")
-flags.DEFINE_string("hparams_set", None, "Checked against the run's hparams.json if given.")
-flags.DEFINE_string("hparams", "", "Overrides, checked against hparams.json if given.")
-flags.DEFINE_string("data_dir", None, "Directory with the problem's vocabulary.")
-flags.DEFINE_string("output_dir", None, "Training run directory (hparams.json, checkpoints).")
-flags.DEFINE_string("checkpoint_path", None, "Checkpoint prefix (default: latest in output_dir).")
-flags.DEFINE_string("decode_hparams", "",
-                    "Baked into the graph, e.g. 'beam_size=4,alpha=0.6,return_beams=true'.")
+from t2t_keras.cli import common_flags  # defines the shared flags
+
 flags.DEFINE_string("export_dir", None, "Model base path (default: <output_dir>/export).")
-flags.DEFINE_string("t2t_usr_dir", None, "A directory of modules registering user problems.")
 
 
 def main(argv):
   del argv
-  for name in ("data_dir", "output_dir"):
-    if not getattr(FLAGS, name):
-      raise app.UsageError(f"--{name} is required.")
-  from data_gen import registry
-  from t2t_keras import experiment, export
-  from t2t_keras.hparams import create_decode_hparams, create_hparams
-  registry.import_usr_dir(FLAGS.t2t_usr_dir)
+  from t2t_keras import export
+  from t2t_keras.hparams import create_decode_hparams
+  # decode_hparams are baked into the graph, e.g. 'beam_size=4,alpha=0.6,return_beams=true'.
   decode_hp = create_decode_hparams(FLAGS.decode_hparams)
-  model, hparams, problem_name, _, path = experiment.load_trained_model(
-      FLAGS.output_dir, FLAGS.checkpoint_path)
-  if FLAGS.hparams_set:
-    wanted = create_hparams(FLAGS.hparams_set, FLAGS.hparams)
-    if wanted != hparams:
-      diff = sorted(k for k, v in wanted.to_dict().items() if hparams.to_dict()[k] != v)
-      raise app.UsageError(f"--hparams_set/--hparams differ from {FLAGS.output_dir}/"
-                           f"hparams.json in: {', '.join(diff)}. Omit them to use the run's.")
-  if FLAGS.problem and FLAGS.problem != problem_name:
-    raise app.UsageError(f"--problem={FLAGS.problem}, but {FLAGS.output_dir} was trained on "
-                         f"{problem_name}.")
-  problem = registry.problem(problem_name, FLAGS.data_dir)
-  encoders = problem.feature_encoders(FLAGS.data_dir)
+  model, hparams, problem, encoders = common_flags.load_trained_run()
   vocab_files = {side: os.path.join(FLAGS.data_dir, problem.vocab_filenames[side])
                  for side in ("inputs", "targets")}
   export_dir = FLAGS.export_dir or os.path.join(FLAGS.output_dir, "export")
-  print(f"Exporting {path} ({problem_name}) with {decode_hp} ...", file=sys.stderr, flush=True)
+  print(f"Exporting with {decode_hp} ...", file=sys.stderr, flush=True)
   target = export.export_saved_model(model, hparams, decode_hp, vocab_files, export_dir,
                                      encoders=encoders)
   print(f"Exported {target}", flush=True)

@@ -81,8 +81,16 @@ def make_rest_request_fn(server: str, servable_name: str, signature: str,
   return request_fn
 
 
-def _as_text(value) -> str:
-  return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+def _row_texts(row, encoders: Optional[dict]) -> List[str]:
+  """One response row (a string, a beam list, ids or beams of ids) -> its texts."""
+  import numpy as np
+  from t2t_keras import decoding
+  if encoders is None:
+    values = [row] if isinstance(row, (bytes, str)) else list(np.ravel(row))
+    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+  ids = np.asarray(row)
+  ids = ids[None] if ids.ndim == 1 else ids
+  return [encoders["targets"].decode(decoding.strip_ids(r)) for r in ids]
 
 
 def translate(lines: Sequence[str], request_fn: Callable[[List], dict], batch_size: int = 32,
@@ -104,16 +112,8 @@ def translate(lines: Sequence[str], request_fn: Callable[[List], dict], batch_si
     else:
       values = [export.make_example(encoders["inputs"].encode(line) + [decoding.EOS_ID])
                 for line in batch]
-    outputs = request_fn(values)["outputs"]
-    for row in outputs:
-      if encoders is not None:
-        import numpy as np
-        rows = np.asarray(row)
-        rows = rows[None] if rows.ndim == 1 else rows
-        texts = [encoders["targets"].decode(decoding.strip_ids(r)) for r in rows]
-      else:
-        texts = [_as_text(v) for v in (row if not isinstance(row, (bytes, str)) else [row])]
-      results.append("\t".join(texts))
+    for row in request_fn(values)["outputs"]:
+      results.append("\t".join(_row_texts(row, encoders)))
   return results
 
 

@@ -1,0 +1,358 @@
+"""SavedModel export: fresh-process load == TextDecoder, op allow-list, clients, load.
+
+One small model is trained and exported once per module (about 3 minutes in all).
+"""
+
+import base64
+import concurrent.futures
+import hashlib
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the TF-Text ops the SavedModel uses)
+
+from t2t_keras import decode_text, decoding, experiment, export
+from t2t_keras.cli import query
+from t2t_keras.hparams import create_decode_hparams
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+BIN = os.path.dirname(sys.executable)
+DECODE_HP = "beam_size=4,alpha=0.6,extra_length=20"
+BEAMS_HP = "beam_size=2,alpha=0.6,extra_length=5,return_beams=true"  # version 2
+
+# TF-Text ops that TF Serving's tensorflow_model_server links in: its
+# model_servers/BUILD puts "@org_tensorflow_text//tensorflow_text:ops_lib" in
+# SUPPORTED_TENSORFLOW_OPS (since 2.x; the 2.0 release notes name the wordpiece,
+# whitespace, unicode_script tokenizers, constrained_sequence and sentence
+# breaking ops). Only ops of that library that we know by name are listed.
+TF_TEXT_SERVING_OPS = frozenset({
+    "RegexSplitWithOffsets", "WordpieceTokenizeWithOffsets", "WhitespaceTokenizeWithOffsets",
+    "UnicodeScriptTokenizeWithOffsets", "CaseFoldUTF8", "NormalizeUTF8",
+    "ConstrainedSequence", "SentenceFragments", "SplitMergeTokenizeWithOffsets",
+})
+# Core ops a model server cannot run (they call back into Python).
+FORBIDDEN_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+
+
+@pytest.fixture(scope="module")
+def run(tiny_trained_run):
+  """(run_dir, data_dir, export_dir, version_1_dir, model, hparams, encoders)."""
+  run_dir, data_dir = tiny_trained_run
+  model, hp, problem_name, _, _ = experiment.load_trained_model(run_dir)
+  from data_gen import registry
+  problem = registry.problem(problem_name, data_dir)
+  encoders = problem.feature_encoders(data_dir)
+  vocab = {s: os.path.join(data_dir, problem.vocab_filenames[s]) for s in encoders}
+  export_dir = os.path.join(run_dir, "export")  # the exporter CLI's default
+  version_dir = export.export_saved_model(model, hp, create_decode_hparams(DECODE_HP), vocab,
+                                          export_dir, encoders)
+  return dict(run_dir=run_dir, data_dir=data_dir, export_dir=export_dir, v1=version_dir,
+              model=model, hp=hp, encoders=encoders)
+
+
+@pytest.fixture(scope="module")
+def loaded(run):
+  return tf.saved_model.load(run["v1"])
+
+
+@pytest.fixture(scope="module")
+def text_decoder(run):
+  return decode_text.TextDecoder(run["model"], run["hp"], run["encoders"],
+                                 create_decode_hparams(DECODE_HP), log=lambda line: None)
+
+
+def _translate(loaded, sentences):
+  out = loaded.signatures["serving_default"](inputs=tf.constant(sentences, tf.string))
+  return [o.decode("utf-8") for o in out["outputs"].numpy()], out["scores"].numpy()
+
+
+def _test_lines(run, n=50):
+  return decode_text.read_lines(os.path.join(os.path.dirname(run["data_dir"]), "text",
+                                             "test.en"))[:n]
+
+
+def test_layout_and_versioning(run):
+  assert export.existing_versions(run["export_dir"]) == [1]
+  assert os.listdir(run["export_dir"]) == ["1"]  # no temp directory left behind
+  assert os.path.exists(os.path.join(run["v1"], "saved_model.pb"))
+  assets = os.listdir(os.path.join(run["v1"], "assets"))
+  assert any(name.endswith(".subwords") for name in assets), assets
+
+
+def _graph_op_types(saved_model_dir):
+  from tensorflow.core.protobuf import saved_model_pb2
+  proto = saved_model_pb2.SavedModel()
+  with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
+    proto.ParseFromString(f.read())
+  graph = proto.meta_graphs[0].graph_def
+  functions = {f.signature.name for f in graph.library.function}
+  ops = {n.op for n in graph.node}
+  for function in graph.library.function:
+    ops |= {n.op for n in function.node_def}
+  return ops - functions  # calls of library functions are not op types
+
+
+def test_graph_uses_only_core_and_serving_tf_text_ops(run):
+  ops = _graph_op_types(run["v1"])
+  # The registry of a process that imported only tensorflow defines "core".
+  script = ("import json, sys, tensorflow\n"
+            "from tensorflow.python.framework import op_def_registry\n"
+            "ops = json.loads(sys.stdin.read())\n"
+            "print(json.dumps(sorted(o for o in ops if op_def_registry.get(o) is None)))\n")
+  result = subprocess.run([sys.executable, "-c", script], input=json.dumps(sorted(ops)),
+                          capture_output=True, text=True, env=ENV, timeout=120, check=True)
+  not_core = set(json.loads(result.stdout.strip().splitlines()[-1]))
+  assert not_core <= TF_TEXT_SERVING_OPS, sorted(not_core - TF_TEXT_SERVING_OPS)
+  assert not ops & FORBIDDEN_OPS
+  # The walk must see inside functions: tokenization and beam search live there.
+  assert {"WordpieceTokenizeWithOffsets", "While", "HashTableV2"} <= ops
+
+
+def test_fresh_process_equals_text_decoder(run, text_decoder):
+  lines = _test_lines(run)
+  assert len(lines) == 50
+  script = ("import json, sys\nimport tensorflow as tf, tensorflow_text\n"
+            "m = tf.saved_model.load(sys.argv[1])\n"
+            "lines = json.loads(sys.stdin.read())\n"
+            "out = m.signatures['serving_default'](inputs=tf.constant(lines))['outputs']\n"
+            "mods = sorted(k for k in sys.modules if k.split('.')[0] in "
+            "('t2t_keras', 'data_gen', 'tests'))\n"
+            "print(json.dumps({'out': [o.decode() for o in out.numpy()], 'mods': mods}))\n")
+  result = subprocess.run([sys.executable, "-c", script, run["v1"]], input=json.dumps(lines),
+                          capture_output=True, text=True, env=dict(ENV, PYTHONPATH=""),
+                          cwd="/", timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  got = json.loads(result.stdout.strip().splitlines()[-1])
+  assert got["mods"] == []
+  expected = text_decoder.decode_lines(lines)
+  assert got["out"] == expected
+  assert sum(bool(e) for e in expected) == 50
+
+
+def test_empty_long_and_mixed_batch(run, loaded):
+  cap = export.input_cap(create_decode_hparams(DECODE_HP), run["hp"])
+  assert cap == run["hp"].max_length - 1
+  long_line = ("the big house and " * 300)[:5000]
+  batch = ["the big house", "", long_line, "   ", "a red cat sees the old dog", "old"]
+  outputs, scores = _translate(loaded, batch)
+  assert len(outputs) == len(batch)
+  assert outputs[1] == outputs[3] == "" and scores[1] == scores[3] == 0.0
+  for i in (0, 4, 5):  # in order: the same as alone
+    assert outputs[i] == _translate(loaded, [batch[i]])[0][0]
+  # The long input is cut to `cap` subword tokens, as the Python decoder does.
+  assert len(run["encoders"]["inputs"].encode(long_line)) > cap
+  capped = decode_text.TextDecoder(run["model"], run["hp"], run["encoders"],
+                                   create_decode_hparams(DECODE_HP).replace(max_input_size=cap),
+                                   log=lambda line: None)
+  assert outputs[2] == capped.decode_lines([long_line])[0] != ""
+
+
+def test_example_signature_matches_text_signature(run, loaded):
+  lines = ["the big house", "a red cat sees the old dog", "", "new blue dog"]
+  enc = run["encoders"]
+  examples = [export.make_example(enc["inputs"].encode(s) + [1] if s else []) for s in lines]
+  out = loaded.signatures["serialized_example"](input=tf.constant(examples))
+  ids = out["outputs"].numpy()
+  assert ids.dtype == np.int32 and ids.ndim == 2 and len(ids) == len(lines)
+  texts = [enc["targets"].decode(decoding.strip_ids(row)) for row in ids]
+  expected, expected_scores = _translate(loaded, lines)
+  assert texts == expected
+  np.testing.assert_allclose(out["scores"].numpy(), expected_scores, atol=1e-5)
+  assert not ids[2].any()
+
+
+def test_all_empty_and_zero_size_batches(loaded):
+  outputs, scores = _translate(loaded, ["", " "])
+  assert outputs == ["", ""] and not scores.any()
+  assert _translate(loaded, [])[0] == []
+  out = loaded.signatures["serialized_example"](
+      input=tf.constant([export.make_example([]), export.make_example([1])]))
+  assert out["outputs"].shape[0] == 2 and not out["outputs"].numpy().any()
+
+
+def test_saved_model_cli_show_and_run(run, text_decoder):
+  show = subprocess.run([os.path.join(BIN, "saved_model_cli"), "show", "--all", "--dir",
+                         run["v1"]], capture_output=True, text=True, env=ENV, timeout=120)
+  assert show.returncode == 0, show.stderr[-2000:]
+  text = show.stdout
+  def section(name):
+    start = text.index(f"signature_def['{name}']")
+    return text[start:text.index("Method name", start)]
+  default, example = section("serving_default"), section("serialized_example")
+  assert "inputs['inputs']" in default and default.count("DT_STRING") == 2
+  assert "outputs['scores']" in default and "DT_FLOAT" in default
+  assert "inputs['input']" in example and "DT_INT32" in example
+  assert "shape: (-1, -1)" in example
+  # The plain binary has no TF-Text ops (TF Serving links them in), so `run` goes
+  # through the same CLI code with tensorflow_text imported first.
+  script = ("import sys, tensorflow_text\nfrom tensorflow.python.tools import saved_model_cli\n"
+            "sys.argv = ['saved_model_cli'] + sys.argv[1:]\nsaved_model_cli.main()\n")
+  sentence = "the red cat sees the dog"
+  result = subprocess.run(
+      [sys.executable, "-c", script, "run", "--dir", run["v1"], "--tag_set", "serve",
+       "--signature_def", "serving_default", "--input_exprs", f'inputs=["{sentence}"]'],
+      capture_output=True, text=True, env=ENV, timeout=120)
+  assert result.returncode == 0, result.stderr[-2000:]
+  expected = text_decoder.decode_lines([sentence])[0]
+  assert expected and repr(expected.encode("utf-8"))[1:] in result.stdout
+
+
+def _predict(loaded, signature, inputs):
+  return {k: v.numpy() for k, v in loaded.signatures[signature](**inputs).items()}
+
+
+@pytest.fixture(scope="module")
+def grpc_server(loaded):
+  import grpc
+  from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+  class Servicer(prediction_service_pb2_grpc.PredictionServiceServicer):
+    def Predict(self, request, context):
+      inputs = {k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}
+      out = _predict(loaded, request.model_spec.signature_name or "serving_default", inputs)
+      response = predict_pb2.PredictResponse(model_spec=request.model_spec)
+      for key, value in out.items():
+        response.outputs[key].CopyFrom(tf.make_tensor_proto(value))
+      return response
+
+  server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
+  prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(Servicer(), server)
+  port = server.add_insecure_port("127.0.0.1:0")
+  server.start()
+  yield f"127.0.0.1:{port}"
+  server.stop(grace=None)
+
+
+def test_grpc_client_both_signatures(run, loaded, grpc_server):
+  lines = ["the big house", "", "a small green dog runs", "old"]
+  expected, _ = _translate(loaded, lines)
+  text_fn = query.make_grpc_request_fn(grpc_server, "tiny", "serving_default", 10)
+  assert query.translate(lines, text_fn, batch_size=3) == expected
+  example_fn = query.make_grpc_request_fn(grpc_server, "tiny", "serialized_example", 10)
+  assert query.translate(lines, example_fn, encoders=run["encoders"]) == expected
+  cli = subprocess.run([sys.executable, "-m", "t2t_keras.cli.query", f"--server={grpc_server}",
+                        "--servable_name=tiny", "--timeout_secs=30"],
+                       input="\n".join(lines) + "\n", capture_output=True, text=True,
+                       env=ENV, cwd=REPO, timeout=120)
+  assert cli.returncode == 0, cli.stderr[-2000:]
+  assert cli.stdout.split("\n")[:-1] == expected
+
+
+def test_rest_client(loaded):
+  class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):  # TF Serving's row format: {"predictions": [{name: value}]}
+      assert self.path == "/v1/models/tiny:predict", self.path
+      body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+      signature = body["signature_name"]
+      values = [base64.b64decode(v["b64"]) if isinstance(v, dict) else v.encode()
+                for v in body["instances"]]
+      key = "input" if signature == "serialized_example" else "inputs"
+      out = _predict(loaded, signature, {key: tf.constant(values)})
+      rows = [{"outputs": o.decode() if isinstance(o, bytes) else o.tolist(),
+               "scores": float(s)} for o, s in zip(out["outputs"], out["scores"])]
+      data = json.dumps({"predictions": rows}).encode()
+      self.send_response(200)
+      self.send_header("Content-Length", str(len(data)))
+      self.end_headers()
+      self.wfile.write(data)
+
+    def log_message(self, *args):
+      pass
+
+  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  try:
+    lines = ["the new cat", "", "a big red house and the old dog"]
+    fn = query.make_rest_request_fn(f"127.0.0.1:{server.server_address[1]}", "tiny",
+                                    "serving_default", 10)
+    assert query.translate(lines, fn) == _translate(loaded, lines)[0]
+  finally:
+    server.shutdown()
+    server.server_close()
+
+
+def test_concurrent_requests_are_consistent(loaded):
+  sentences = ["the big house", "a red cat sees the old dog", "new", "blue and green", ""]
+  expected = {s: _translate(loaded, [s])[0][0] for s in sentences}
+  fn = loaded.signatures["serving_default"]
+
+  def worker(seed):
+    rng = np.random.default_rng(seed)
+    mismatches = 0
+    for _ in range(50):
+      s = sentences[rng.integers(len(sentences))]
+      out = fn(inputs=tf.constant([s]))["outputs"].numpy()[0].decode()
+      mismatches += out != expected[s]
+    return mismatches
+
+  with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+    assert list(pool.map(worker, range(8))) == [0] * 8
+
+
+def _tree_digest(path):
+  digest = hashlib.sha256()
+  for root, _, files in sorted(os.walk(path)):
+    for name in sorted(files):
+      digest.update(os.path.join(os.path.relpath(root, path), name).encode())
+      with open(os.path.join(root, name), "rb") as f:
+        digest.update(f.read())
+  return digest.hexdigest()
+
+
+def test_exporter_cli_adds_version_2_and_warmup_parses(run, loaded):
+  before = _tree_digest(run["v1"])
+  result = subprocess.run(
+      [sys.executable, "-m", "t2t_keras.cli.exporter", f"--output_dir={run['run_dir']}",
+       f"--data_dir={run['data_dir']}", f"--decode_hparams={BEAMS_HP}",
+       "--problem=translate_from_files"], capture_output=True, text=True, env=ENV, cwd=REPO,
+      timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.strip().endswith(os.path.join(run["export_dir"], "2"))
+  assert export.existing_versions(run["export_dir"]) == [1, 2]
+  assert sorted(os.listdir(run["export_dir"])) == ["1", "2"]
+  assert _tree_digest(run["v1"]) == before
+  from tensorflow_serving.apis import prediction_log_pb2
+  for version in ("1", "2"):
+    path = os.path.join(run["export_dir"], version, "assets.extra",
+                        export.WARMUP_FILENAME)
+    logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy())
+            for r in tf.data.TFRecordDataset(path)]
+    signatures = sorted(log.predict_log.request.model_spec.signature_name for log in logs)
+    assert signatures == ["serialized_example", "serving_default"]
+  # Version 2 returns both beams, as the Python decoder's tab-joined n-best list.
+  lines = ["the big house", "", "a red cat sees the old dog"]
+  outputs = tf.saved_model.load(os.path.join(run["export_dir"], "2")).signatures[
+      "serving_default"](inputs=tf.constant(lines))["outputs"].numpy()
+  assert outputs.shape == (3, 2)
+  beams = decode_text.TextDecoder(run["model"], run["hp"], run["encoders"],
+                                  create_decode_hparams(BEAMS_HP), log=lambda line: None)
+  expected = beams.decode_lines(lines)
+  expected[1] = "\t"  # an empty input gives empty beams (TextDecoder gives one "")
+  assert ["\t".join(o.decode() for o in row) for row in outputs] == expected
+  for log in logs:  # the warm-up requests run on the model
+    request = log.predict_log.request
+    inputs = {k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}
+    out = _predict(loaded, request.model_spec.signature_name, inputs)
+    assert len(out["scores"]) == len(export.WARMUP_SENTENCES)
+
+
+def test_bad_arguments(run, tmp_path):
+  with pytest.raises(ValueError, match="vocab_files"):
+    export.ServingModule(run["model"], run["hp"], create_decode_hparams(""),
+                         {"inputs": str(tmp_path / "missing"), "targets": "x"})
+  with pytest.raises(ValueError, match="batch_size"):
+    query.translate(["a"], lambda values: None, batch_size=0)
+  assert export.input_cap(create_decode_hparams("max_input_size=7"), run["hp"]) == 7
+  (tmp_path / "3").mkdir()
+  (tmp_path / "10").mkdir()
+  (tmp_path / ".tmp-export-1").mkdir()
+  assert export.existing_versions(str(tmp_path)) == [3, 10]
