@@ -11,11 +11,12 @@ import os
 from absl import app, flags
 
 FLAGS = flags.FLAGS
+from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once)
 flags.DEFINE_string("checkpoints", "", "Comma-separated checkpoint prefixes to average.")
 flags.DEFINE_string("prefix", "", "Training --output_dir whose last checkpoints are averaged.")
-flags.DEFINE_integer("num_last_checkpoints", 0, "Average the last N checkpoints of --prefix.")
+common_flags.define_once("integer", "num_last_checkpoints", 0, "Average the last N checkpoints of --prefix.")
 flags.DEFINE_string("output_path", "/tmp/averaged.ckpt", "Prefix of the averaged checkpoint.")
-flags.DEFINE_string("output_dir", None,
+common_flags.define_once("string", "output_dir", None,
                     "Run directory with hparams.json (default: --prefix, or the first "
                     "checkpoint's directory).")
 

@@ -8,8 +8,8 @@ and ignores the ones it does not use.
 from absl import flags
 
 
-def _define(kind: str, name: str, default, help_text: str, enum_values=None) -> None:
-  # Several CLI modules may be imported in one process (tests): define once.
+def define_once(kind: str, name: str, default, help_text: str, enum_values=None) -> None:
+  """Defines a flag unless another CLI module imported in this process did."""
   if name in flags.FLAGS:
     return
   if kind == "enum":
@@ -19,35 +19,35 @@ def _define(kind: str, name: str, default, help_text: str, enum_values=None) -> 
 
 
 # Problem, model and run directory.
-_define("string", "problem", None, "Registered problem, e.g. translate_ende_ding_bible8k.")
-_define("string", "model", "transformer", "Model name; only 'transformer'.")
-_define("string", "hparams_set", None, "Named hyperparameter set, e.g. transformer_base.")
-_define("string", "hparams", "", "Overrides in T2T syntax, e.g. 'batch_size=2048,num_heads=16'.")
-_define("string", "data_dir", None, "Directory of the problem's TFRecords and vocabulary.")
-_define("string", "output_dir", None, "Run directory: checkpoints, hparams.json, TensorBoard.")
-_define("string", "t2t_usr_dir", None, "A directory of modules registering user problems.")
+define_once("string", "problem", None, "Registered problem, e.g. translate_ende_ding_bible8k.")
+define_once("string", "model", "transformer", "Model name; only 'transformer'.")
+define_once("string", "hparams_set", None, "Named hyperparameter set, e.g. transformer_base.")
+define_once("string", "hparams", "", "Overrides in T2T syntax, e.g. 'batch_size=2048,num_heads=16'.")
+define_once("string", "data_dir", None, "Directory of the problem's TFRecords and vocabulary.")
+define_once("string", "output_dir", None, "Run directory: checkpoints, hparams.json, TensorBoard.")
+define_once("string", "t2t_usr_dir", None, "A directory of modules registering user problems.")
 # Training.
-_define("integer", "train_steps", 250000, "Total optimizer updates to reach.")
-_define("integer", "eval_steps", 100, "Dev batches per evaluation (0: the whole dev set).")
-_define("integer", "local_eval_frequency", 1000, "Checkpoint (and evaluate) every N steps.")
-_define("enum", "schedule", "continuous_train_and_eval", "What the trainer runs.",
+define_once("integer", "train_steps", 250000, "Total optimizer updates to reach.")
+define_once("integer", "eval_steps", 100, "Dev batches per evaluation (0: the whole dev set).")
+define_once("integer", "local_eval_frequency", 1000, "Checkpoint (and evaluate) every N steps.")
+define_once("enum", "schedule", "continuous_train_and_eval", "What the trainer runs.",
         enum_values=["train", "evaluate", "train_and_evaluate", "continuous_train_and_eval",
                      "continuous_eval"])
-_define("integer", "keep_checkpoint_max", 20, "Checkpoints to keep.")
-_define("integer", "worker_gpu", None, "GPUs to use on this worker (default: all visible).")
-_define("integer", "random_seed", None, "Seed of initialization, dropout and data order.")
-_define("enum", "distribution_strategy", None,
+define_once("integer", "keep_checkpoint_max", 20, "Checkpoints to keep.")
+define_once("integer", "worker_gpu", None, "GPUs to use on this worker (default: all visible).")
+define_once("integer", "random_seed", None, "Seed of initialization, dropout and data order.")
+define_once("enum", "distribution_strategy", None,
         "Default: mirrored when several GPUs are used, else one_device.",
         enum_values=["one_device", "mirrored", "multi_worker_mirrored"])
-_define("enum", "mixed_precision", "none", "Mixed precision (float16 uses loss scaling).",
+define_once("enum", "mixed_precision", "none", "Mixed precision (float16 uses loss scaling).",
         enum_values=["none", "bfloat16", "float16"])
-_define("bool", "jit_compile", False, "Compile the train step with XLA.")
+define_once("bool", "jit_compile", False, "Compile the train step with XLA.")
 # Decoding (the trainer uses them for BLEU in evaluation).
-_define("string", "decode_hparams", "", "e.g. 'beam_size=4,alpha=0.6,extra_length=50'.")
-_define("string", "decode_from_file", None, "Source sentences, one per line.")
-_define("string", "decode_to_file", None, "Where the decoder writes translations.")
-_define("string", "decode_reference", None, "Reference translations: BLEU is printed/logged.")
-_define("string", "checkpoint_path", None, "Checkpoint prefix (default: latest in output_dir).")
+define_once("string", "decode_hparams", "", "e.g. 'beam_size=4,alpha=0.6,extra_length=50'.")
+define_once("string", "decode_from_file", None, "Source sentences, one per line.")
+define_once("string", "decode_to_file", None, "Where the decoder writes translations.")
+define_once("string", "decode_reference", None, "Reference translations: BLEU is printed/logged.")
+define_once("string", "checkpoint_path", None, "Checkpoint prefix (default: latest in output_dir).")
 
 
 def load_trained_run():

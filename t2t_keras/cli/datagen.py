@@ -39,6 +39,11 @@ _define("string", "dev_source", None, "translate_from_files: dev source text fil
 _define("string", "dev_target", None, "translate_from_files: dev target text file.")
 _define("integer", "vocab_size", 2**15, "translate_from_files: approximate subword vocab size.")
 
+def _seed() -> int:
+  # The trainer's --random_seed (default None) may have been defined first in this process.
+  return 429459 if FLAGS.random_seed is None else FLAGS.random_seed
+
+
 _FILE_FLAGS = ("train_source", "train_target", "dev_source", "dev_target")
 
 
@@ -94,7 +99,7 @@ def run(argv) -> int:
     tmp_dir = os.path.abspath(os.path.expanduser(FLAGS.tmp_dir))
     problem = _make_problem(FLAGS.problem, data_dir)
     result = problem.generate_data(data_dir, tmp_dir, num_shards=FLAGS.num_shards,
-                                   max_cases=FLAGS.max_cases, random_seed=FLAGS.random_seed,
+                                   max_cases=FLAGS.max_cases, random_seed=_seed(),
                                    progress=_progress)
   except ValueError as e:
     print("t2t_keras_datagen: error: %s" % e, file=sys.stderr)

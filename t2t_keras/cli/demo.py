@@ -18,9 +18,10 @@ import time
 from absl import app, flags
 
 FLAGS = flags.FLAGS
+from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once)
 flags.DEFINE_string("work_dir", "work", "Where data, runs, decodes, exports and plots go.")
 flags.DEFINE_string("flagfile_path", "flags/demo.flags", "Experiment set-up of the demo.")
-flags.DEFINE_integer("num_last_checkpoints", 5, "Checkpoints averaged before decoding.")
+common_flags.define_once("integer", "num_last_checkpoints", 5, "Checkpoints averaged before decoding.")
 flags.DEFINE_integer("samples", 5, "Sample translations printed.")
 
 SENTENCES = ["The house has only one entrance.", "In the beginning God created the heaven "

@@ -22,6 +22,7 @@ from typing import Callable, List, Optional, Sequence
 from absl import app, flags
 
 FLAGS = flags.FLAGS
+from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once)
 flags.DEFINE_string("server", None, "host:port of the model server (gRPC, or REST with --rest).")
 flags.DEFINE_string("servable_name", None, "The --model_name given to tensorflow_model_server.")
 flags.DEFINE_string("signature", "serving_default", "serving_default or serialized_example.")
@@ -30,8 +31,8 @@ flags.DEFINE_string("input_file", None, "Translate the lines of this file (defau
 flags.DEFINE_bool("rest", False, "Use the REST API (POST .../v1/models/<name>:predict).")
 flags.DEFINE_integer("timeout_secs", 10, "Per-request deadline in seconds.")
 flags.DEFINE_integer("batch_size", 32, "Sentences per request.")
-flags.DEFINE_string("problem", None, "For --signature=serialized_example: the problem.")
-flags.DEFINE_string("data_dir", None, "For --signature=serialized_example: its vocabulary.")
+common_flags.define_once("string", "problem", None, "For --signature=serialized_example: the problem.")
+common_flags.define_once("string", "data_dir", None, "For --signature=serialized_example: its vocabulary.")
 
 EXAMPLE_SIGNATURE = "serialized_example"
 

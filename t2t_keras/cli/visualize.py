@@ -15,12 +15,13 @@ import os
 from absl import app, flags
 
 FLAGS = flags.FLAGS
+from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once)
 
-flags.DEFINE_string("output_dir", None, "Training run directory (hparams.json, run.json, "
+common_flags.define_once("string", "output_dir", None, "Training run directory (hparams.json, run.json, "
                     "checkpoints, TensorBoard logs).")
-flags.DEFINE_string("data_dir", None, "The problem's data directory (its vocabulary).")
-flags.DEFINE_string("t2t_usr_dir", None, "A directory of modules registering user problems.")
-flags.DEFINE_string("checkpoint_path", None, "Checkpoint to load (default: the latest in "
+common_flags.define_once("string", "data_dir", None, "The problem's data directory (its vocabulary).")
+common_flags.define_once("string", "t2t_usr_dir", None, "A directory of modules registering user problems.")
+common_flags.define_once("string", "checkpoint_path", None, "Checkpoint to load (default: the latest in "
                     "--output_dir).")
 flags.DEFINE_string("sentence", None, "Source sentence whose attention is drawn.")
 flags.DEFINE_string("target", None, "Target sentence (default: the greedy translation).")
