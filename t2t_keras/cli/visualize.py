@@ -51,7 +51,8 @@ def _load_model(output_dir: str, checkpoint_path, hparams, spec):
   model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
                       spec.target_space_id, name="transformer")
   model.build()
-  status = tf.train.Checkpoint(model=model).restore(path)
+  # read(), not restore(): averaged checkpoints hold no save_counter.
+  status = tf.train.Checkpoint(model=model).read(path)
   status.expect_partial()  # The optimizer slots are not needed.
   status.assert_existing_objects_matched()
   return model
