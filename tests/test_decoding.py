@@ -220,3 +220,17 @@ def test_score_file_cli(trained, tmp_path):
   assert res.returncode == 0, res.stderr[-2000:]
   good, bad = (float(v) for v in res.stdout.split())
   assert good > bad and good < 0
+
+
+def test_bleu_hook_of_training_decodes_and_scores(trained, tmp_path):
+  model, hp, encoders = _loaded(trained)
+  src, ref = tmp_path / "dev.en", tmp_path / "dev.de"
+  src.write_text("the old dog sees a cat\nthe big house\n", encoding="utf-8")
+  ref.write_text("der alt Hund sieht ein Katze\nder groß Haus\n", encoding="utf-8")
+  hook = decode_text.make_bleu_hook(model, hp, encoders, create_decode_hparams("beam_size=2"),
+                                    str(src), str(ref))
+  assert hook(0)["bleu"] == pytest.approx(100.0)
+  ref.write_text("der alt Hund sieht ein Katze\nx\n", encoding="utf-8")
+  hook = decode_text.make_bleu_hook(model, hp, encoders, create_decode_hparams("beam_size=2"),
+                                    str(src), str(ref), max_lines=1)
+  assert hook(0)["bleu"] == pytest.approx(100.0)  # only the first line is decoded

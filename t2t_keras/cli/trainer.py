@@ -14,8 +14,6 @@ FLAGS = flags.FLAGS
 from t2t_keras.cli import common_flags  # noqa: F401  (defines the shared flags)
 
 flags.DEFINE_integer("log_every_steps", 100, "Progress line every N steps (or 30 s).")
-flags.DEFINE_bool("eval_bleu", False, "Decode the dev source at each evaluation and log BLEU.")
-flags.DEFINE_integer("eval_bleu_max_lines", 200, "Dev lines decoded for BLEU per evaluation.")
 
 
 def _strategy():
