@@ -14,11 +14,8 @@ batch. The paper used extra 50 (parsing 300); T2T's default is 100.
 from __future__ import annotations
 
 import functools
-import sys
-import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 import tensorflow as tf
 
 from t2t_keras import beam_search
