@@ -197,9 +197,11 @@ def _grow_topk(symbols_to_logits_fn, state: _BeamState, beam_size: int,
                                                  state.states)
   logits = tf.reshape(_check_logits(flat_logits, vocab_size),
                       [batch_size, beam_size, vocab_size])
-  # [batch, beam, V]: log-prob of each one-token extension of each beam.
-  log_probs = (tf.nn.log_softmax(logits) +
-               state.alive_log_probs[:, :, None])
+  # [batch, beam, V]: log-prob of each one-token extension of each beam,
+  # logits - logsumexp + parent log-prob, with the two per-beam terms added
+  # first (one pass over the logits less than log_softmax, then +).
+  offsets = state.alive_log_probs - tf.reduce_logsumexp(logits, axis=-1)
+  log_probs = logits + offsets[:, :, None]
   flat_log_probs = tf.reshape(log_probs, [batch_size, beam_size * vocab_size])
   # [batch, 2*beam]: 2 * beam guarantees >= beam candidates that are not EOS.
   # One penalty for all candidates, so rank by log-prob and divide only the

@@ -46,9 +46,9 @@ def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True,
   uncached: re-runs the decoder over the whole prefix each step (T2T's slow path),
   reading only `cache["encoder_output"]`, `cache["encdec_bias"]`, `cache["cap"]`.
 
-  static: optional second output of `split_cache`, already tiled to the rows of
-  `ids`: the tensors that never change and are the same for every beam of an
-  item. They stay out of `cache`, which beam search gathers every step; `cache`
+  static: optional second output of `split_cache`: the tensors that never
+  change and are the same for every beam of an item. They stay out of
+  `cache`, which beam search gathers every step; `cache`
   is then the first output of `split_cache` and is returned in that form.
   """
   def cached(ids, i, cache):
@@ -80,20 +80,21 @@ def split_cache(cache: Dict, beam_size: int) -> Tuple[Dict, Dict]:
   """Splits a decoding cache into (per-beam state, static part) for beam search.
 
   Everything that is fixed during decoding and equal across the beams of an
-  item (encoder-decoder bias and keys/values, or the encoder output of the
-  uncached path) is repeated to `[batch * beam_size, ...]` once, in beam
-  search's item-major row order, so no step gathers it. The per-beam state
-  keeps `cap` and the self-attention buffers `[batch, heads, decode_length,
-  depth]`, which beam search tiles and gathers.
+  item stays out of the per-beam state, so no step gathers it. Cached path:
+  the encoder-decoder bias and keys/values keep one row per item (the beams of
+  an item attend to them together, see `MultiHeadAttention`). Uncached path:
+  the encoder output and bias are repeated to `[batch * beam_size, ...]` once,
+  in beam search's item-major row order. The per-beam state keeps `cap` and the
+  self-attention buffers `[batch, heads, decode_length, depth]`, which beam
+  search tiles and gathers.
   """
-  tile = lambda t: tf.repeat(t, beam_size, axis=0)
   if "layers" not in cache:  # uncached
+    tile = lambda t: tf.repeat(t, beam_size, axis=0)
     static = {"encoder_output": tile(cache["encoder_output"]),
               "encdec_bias": tile(cache["encdec_bias"])}
     return {"cap": cache["cap"]}, static
-  static = {"encdec_bias": tile(cache["encdec_bias"]),
-            "layers": [{"k_encdec": tile(layer["k_encdec"]),
-                        "v_encdec": tile(layer["v_encdec"])}
+  static = {"encdec_bias": cache["encdec_bias"],
+            "layers": [{"k_encdec": layer["k_encdec"], "v_encdec": layer["v_encdec"]}
                        for layer in cache["layers"]]}
   state = {"cap": cache["cap"],
            "layers": [{"k": layer["k"], "v": layer["v"]} for layer in cache["layers"]]}

@@ -177,7 +177,9 @@ class Transformer(keras.Model):
       ids: `[batch]` int ids of the previous step (0, i.e. a zero embedding, at i=0,
         which is what shift_right feeds in training).
       i: scalar int32 step index (the position being predicted).
-      cache: from `init_cache` or the previous step.
+      cache: from `init_cache` or the previous step. Beam search may keep
+        "encdec_bias", "k_encdec" and "v_encdec" at one row per item while the
+        rest has one row per beam (rows item-major), see `MultiHeadAttention`.
     Returns:
       (float32 logits `[batch, vocab]`, new cache).
     """

@@ -93,6 +93,36 @@ def test_multihead_attention_matches_numpy_with_separate_depths():
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+def test_beams_sharing_one_memory_equal_numpy_on_tiled_memory():
+  # Decoding cache with k_encdec/v_encdec at one row per item and 3 query rows
+  # (beams) per item: each beam must see exactly its own item's memory.
+  rng = np.random.default_rng(4)
+  layer = attention.MultiHeadAttention(key_channels=12, value_channels=8, output_depth=10,
+                                       num_heads=4)
+  items, beams = 2, 3
+  q_in = rng.normal(size=(items * beams, 1, 10)).astype(np.float32)
+  m_in = rng.normal(size=(items, 4, 10)).astype(np.float32)
+  pad = np.array([[0, 0, 0, 1], [0, 0, 0, 0]], np.float32)
+  bias = attention.attention_bias_ignore_padding(tf.constant(pad))
+  layer(q_in, np.repeat(m_in, beams, axis=0))  # builds
+  k, v = layer.compute_memory_kv(m_in)
+  got, _ = layer(q_in, bias=bias, cache={"k_encdec": k, "v_encdec": v})
+  want = _numpy_attention(layer, q_in, np.repeat(m_in, beams, axis=0),
+                          np.repeat(bias.numpy(), beams, axis=0))
+  np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_write_position_changes_only_that_position():
+  rng = np.random.default_rng(5)
+  buffer = rng.normal(size=(3, 2, 6, 4)).astype(np.float32)
+  step = rng.normal(size=(3, 2, 1, 4)).astype(np.float32)
+  for index in (0, 3, 5):
+    want = buffer.copy()
+    want[:, :, index] = step[:, :, 0]
+    got = attention.write_position(tf.constant(buffer), tf.constant(step), index)
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
 def test_symbol_modality_scaling_padding_and_tied_logits():
   mod = embedding.SymbolModality(11, 6)
   mod.build()

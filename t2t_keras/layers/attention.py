@@ -54,6 +54,43 @@ def combine_heads(x: tf.Tensor) -> tf.Tensor:
   return tf.reshape(x, [shape[0], shape[1], x.shape[2] * x.shape[3]])
 
 
+def write_position(buffer: tf.Tensor, step: tf.Tensor, index) -> tf.Tensor:
+  """Writes one step into a fixed-size key or value buffer.
+
+  Args:
+    buffer: `[batch, heads, max_length, depth]`.
+    step: `[batch, heads, 1, depth]`, written at position `index` of every row.
+    index: scalar int32.
+  Returns:
+    The updated buffer (same shape, so the decoding loop stays shape-stable for
+    XLA). A scatter touches only the written position; blending with a one-hot
+    mask would read and write the whole buffer every step.
+  """
+  shape = tf.shape(buffer)
+  rows = shape[0] * shape[1]
+  row = tf.range(rows)
+  indices = tf.stack([row // shape[1], row % shape[1],
+                      tf.fill([rows], tf.cast(index, tf.int32))], axis=1)
+  updates = tf.reshape(tf.cast(step, buffer.dtype), [rows, -1])
+  return tf.tensor_scatter_nd_update(buffer, indices, updates)
+
+
+def _group_rows(x: tf.Tensor, group) -> tf.Tensor:
+  """`[batch * group, heads, length, d]` -> `[batch, heads, group * length, d]`."""
+  shape = tf.shape(x)
+  x = tf.reshape(x, [-1, group, shape[1], shape[2], shape[3]])
+  x = tf.transpose(x, [0, 2, 1, 3, 4])
+  return tf.reshape(x, [-1, shape[1], group * shape[2], shape[3]])
+
+
+def _ungroup_rows(x: tf.Tensor, group) -> tf.Tensor:
+  """Inverse of `_group_rows`."""
+  shape = tf.shape(x)
+  x = tf.reshape(x, [shape[0], shape[1], group, shape[2] // group, shape[3]])
+  x = tf.transpose(x, [0, 2, 1, 3, 4])
+  return tf.reshape(x, [shape[0] * group, shape[1], shape[2] // group, shape[3]])
+
+
 def glorot_uniform(seed=None):
   # T2T's "uniform_unit_scaling" with gain 1.0 is variance_scaling(1, fan_avg, uniform).
   return keras.initializers.VarianceScaling(1.0, "fan_avg", "uniform", seed=seed)
@@ -77,7 +114,9 @@ class MultiHeadAttention(keras.layers.Layer):
     cache: optional dict for incremental decoding. Self-attention: `{"k", "v"}`
       fixed-size buffers `[batch, heads, max_length, depth/heads]` into which the
       step's key/value are written at `decode_index`. Encoder-decoder attention:
-      `{"k_encdec", "v_encdec"}` precomputed with `compute_memory_kv`.
+      `{"k_encdec", "v_encdec"}` precomputed with `compute_memory_kv`, with
+      `batch / group` rows when each group of `group` consecutive query rows
+      (the beams of an item) shares one memory; `bias` then has those rows too.
     decode_index: scalar int32 position written in the self-attention cache.
 
   Returns:
@@ -148,16 +187,21 @@ class MultiHeadAttention(keras.layers.Layer):
       source = query_antecedent if memory_antecedent is None else memory_antecedent
       k, v = self.compute_memory_kv(source)
       if cache is not None:
-        # Write this step into the fixed-size buffers (shape-stable for XLA).
-        max_length = tf.shape(cache["k"])[2]
-        mask = tf.one_hot(decode_index, max_length, dtype=k.dtype)[None, None, :, None]
-        k = cache["k"] * (1 - mask) + k * mask
-        v = cache["v"] * (1 - mask) + v * mask
+        k = write_position(cache["k"], k, decode_index)
+        v = write_position(cache["v"], v, decode_index)
         new_cache = {"k": k, "v": v}
+    rows, memory_rows = tf.shape(q)[0], tf.shape(k)[0]
+    if cache is not None and "k_encdec" in cache:
+      # Beam search: the `group` beams of an item (item-major rows) share one
+      # memory, so they attend to it as `group * length_q` queries of one row
+      # instead of reading `group` tiled copies of it.
+      q = _group_rows(q, rows // memory_rows)
     weights = self._attention_weights(q, k, bias)
     weights = self.dropout(weights, training=training)
-    x = combine_heads(tf.matmul(weights, v))
-    x = self.output_transform(x)
+    context = tf.matmul(weights, v)
+    if cache is not None and "k_encdec" in cache:
+      context = _ungroup_rows(context, rows // memory_rows)
+    x = self.output_transform(combine_heads(context))
     if cache is not None:
       return x, new_cache if new_cache is not None else cache
     return x
