@@ -34,12 +34,15 @@ import time
 from typing import Dict, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import keras  # noqa: E402  pylint: disable=g-import-not-at-top
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
+from bench_train import make_peak_probe  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import decoding  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.model import Transformer  # noqa: E402  pylint: disable=g-import-not-at-top
 
@@ -74,6 +77,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
   p.add_argument("--test_hparams_set", default="transformer_small",
                  help="random model of the test case when no --output_dir")
   p.add_argument("--max_lines", type=int, default=128, help="test lines decoded (0: all)")
+  p.add_argument("--peak_size", type=int, default=1024,
+                 help="n of the n*n*n matmuls timing the matmul peak (worst case)")
   args = p.parse_args(argv)
   for name in ("repeats", "batch", "beam_size", "worst_length", "vocab_size"):
     if getattr(args, name) < 1:
@@ -178,27 +183,49 @@ def time_mode(model, batches, mode: str, args) -> Dict[str, float]:
           "seconds": seconds, "warmup": warmup, "tokens/sentence": tokens / sentences}
 
 
+def worst_case_peak_fraction(model, args, mode: str, seconds: float, peak: float) -> str:
+  """Achieved matmul FLOP/s of a cached worst-case decode over the measured peak."""
+  search, cache, _ = mode.split(":")
+  if cache != "cached":
+    return ""
+  beam = args.beam_size if search == "beam" else 1
+  flop = flops_lib.decode_flops(model.hparams, args.vocab_size, args.batch, args.worst_length,
+                                args.worst_length + args.extra_length, beam)
+  return f"{flop / seconds / 1e9:7.1f} {100 * flop / seconds / peak:5.0f}%"
+
+
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
   print(f"TensorFlow {tf.__version__}; repeats={args.repeats}, batch={args.batch}, "
         f"beam={args.beam_size}, alpha={args.alpha}, extra_length={args.extra_length}")
   header = (f"{'case':6} {'dtype':9} {'mode':22} {'sent/s':>8} {'tok/s':>8} "
-            f"{'tok/sent':>8} {'sec/run':>8} {'warmup s':>8} {'x ModelGarden':>13}")
+            f"{'tok/sent':>8} {'sec/run':>8} {'warmup s':>8} {'x ModelGarden':>13} "
+            f"{'GFLOP/s':>7} {'peak':>5}")
   print(header)
   print("-" * len(header))
+  peaks = {}
   for case in args.cases:
     for dtype in args.dtypes:
       model, batches = (worst_case if case == "worst" else test_case)(args, dtype)
+      if case == "worst" and dtype not in peaks:
+        probe = make_peak_probe(tf.as_dtype(dtype), args.peak_size)
+        peaks[dtype] = max(probe() for _ in range(3))
       for mode in (args.worst_modes if case == "worst" else args.modes):
         r = time_mode(model, batches, mode, args)
         ratio = (f"{r['sentences/s'] / MODEL_GARDEN_SENTENCES_PER_SEC:13.2f}"
                  if case == "worst" else f"{'':13}")
+        fraction = (worst_case_peak_fraction(model, args, mode, r["seconds"], peaks[dtype])
+                    if case == "worst" else "")
         print(f"{case:6} {dtype:9} {mode:22} {r['sentences/s']:8.2f} {r['tokens/s']:8.1f} "
-              f"{r['tokens/sentence']:8.1f} {r['seconds']:8.2f} {r['warmup']:8.1f} {ratio}",
-              flush=True)
+              f"{r['tokens/sentence']:8.1f} {r['seconds']:8.2f} {r['warmup']:8.1f} {ratio} "
+              f"{fraction}", flush=True)
   set_dtype("float32")
   print(f"Model Garden worst case (float32): {MODEL_GARDEN_SENTENCES_PER_SEC} sentences/s, "
         f"{MODEL_GARDEN_TOKENS_PER_SEC} output tokens/s; target >= 2x.")
+  for dtype, peak in peaks.items():
+    print(f"{dtype} matmul peak measured in this process ({args.peak_size}^3 matmuls, best of "
+          f"TF and XLA kernels): {peak / 1e9:.1f} GFLOP/s. 'GFLOP/s' and 'peak' count the "
+          f"matmuls of cached decoding (t2t_keras.flops.decode_flops).")
 
 
 if __name__ == "__main__":

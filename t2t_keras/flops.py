@@ -31,3 +31,24 @@ def forward_flops(hp: HParams, target_vocab_size: int, batch: int, input_length:
 def training_flops(hp: HParams, target_vocab_size: int, batch: int, input_length: int,
                    target_length: int) -> float:
   return 3.0 * forward_flops(hp, target_vocab_size, batch, input_length, target_length)
+
+
+def decode_flops(hp: HParams, target_vocab_size: int, batch: int, input_length: int,
+                 steps: int, beam_size: int = 1) -> float:
+  """Matmul FLOPs of one cached decode of `[batch, input_length]` inputs.
+
+  As run by `decoding.decode_ids`: the encoder once; encoder-decoder keys and
+  values once per item; then `steps` steps over `batch * beam_size` rows, each
+  attending to the whole fixed-size self-attention buffer of `steps` positions
+  (unwritten positions are masked, not skipped) and to the input.
+  """
+  d, f, kc, vc = hp.hidden_size, hp.filter_size, hp.key_channels, hp.value_channels
+  src, rows = batch * input_length, batch * beam_size
+  encoder = hp.encoder_layers * src * (2 * d * kc + 2 * d * vc + 2 * d * f +
+                                       input_length * (kc + vc))
+  encdec_kv = hp.decoder_layers * src * (d * kc + d * vc)
+  per_row_step = hp.decoder_layers * (
+      2 * d * kc + 2 * d * vc + steps * (kc + vc)               # self-attention
+      + d * kc + vc * d + input_length * (kc + vc)               # enc-dec q, output, scores
+      + 2 * d * f) + d * target_vocab_size
+  return 2.0 * (encoder + encdec_kv + rows * steps * per_row_step)

@@ -103,3 +103,29 @@ def test_forward_flops_hand_count():
   softmax = 3 * 4 * 10
   assert flops.forward_flops(hp, 10, 1, 2, 3) == 2.0 * (enc + dec + softmax)
   assert flops.training_flops(hp, 10, 1, 2, 3) == 6.0 * (enc + dec + softmax)
+
+
+def test_decode_flops_equal_graph_matmuls_of_encode_and_steps():
+  # decode_ids = encode + encoder-decoder keys/values once, then `steps` decode_steps
+  # over batch * beam rows whose enc-dec entries keep one row per item.
+  hp = create_hparams("transformer_base", HPARAMS[1])
+  model = _model(hp)
+  beam, steps = 3, 6
+  inputs = _features()["inputs"]
+
+  def prepare(inputs):
+    encoder_output, bias = model.encode(inputs, training=False)
+    return model.init_cache(encoder_output, bias, steps)
+
+  once = _graph_matmul_flops(tf.function(prepare).get_concrete_function(inputs).graph)
+  cache = prepare(inputs)
+  tile = lambda t: tf.repeat(t, beam, axis=0)
+  cache["layers"] = [dict(layer, k=tile(layer["k"]), v=tile(layer["v"]))
+                     for layer in cache["layers"]]
+  ids = tf.zeros([BATCH * beam], tf.int32)
+  step_graph = tf.function(lambda ids, c: model.decode_step(ids, tf.constant(2), c)
+                           ).get_concrete_function(ids, cache).graph
+  per_step = _graph_matmul_flops(step_graph)
+  assert once > 0 and per_step > 0
+  got = flops.decode_flops(hp, VOCAB, BATCH, INPUT_LENGTH, steps, beam)
+  assert got == pytest.approx(once + steps * per_step, rel=1e-12)
