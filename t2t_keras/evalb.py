@@ -282,6 +282,37 @@ def evaluate_files(gold_path: str, test_path: str,
   return evaluate(gold, test, params, max_errors)
 
 
+def delinearize_lines(gold_lines: Sequence[str], test_lines: Sequence[str]) -> list[str]:
+  """Trees (one-line strings) of decoder outputs `test_lines` over gold words.
+
+  Each line of a parsing problem's decode (`S NP DT NN /NP ...`) is
+  de-linearized, and repaired, over the words of its gold tree, so every
+  output is a valid tree with the gold words.
+  """
+  # Imported here: data_gen pulls in TensorFlow, which scoring trees does not
+  # need (it would add seconds to every t2t_keras_parse_eval run).
+  from data_gen import wsj_parsing  # pylint: disable=g-import-not-at-top
+  if len(gold_lines) != len(test_lines):
+    raise ValueError(f"gold has {len(gold_lines)} trees but test has {len(test_lines)} "
+                     "lines; give one per item, in the same order.")
+  out = []
+  for i, (g, t) in enumerate(zip(gold_lines, test_lines)):
+    try:
+      words = wsj_parsing.clean_tree(wsj_parsing.parse_tree(g)).leaves()
+    except ValueError as e:
+      raise ValueError(f"gold line {i + 1} is not a tree: {e}") from e
+    out.append(wsj_parsing.tree_to_string(wsj_parsing.delinearize(t, words)))
+  return out
+
+
+def summary_line(report: Report) -> str:
+  """One line: corpus precision, recall, F1 and counts."""
+  t = report.all
+  return (f"P = {t.precision:.2f}  R = {t.recall:.2f}  F1 = {t.f1:.2f}  "
+          f"(matched {t.matched}, gold {t.gold}, test {t.test}; "
+          f"{t.valid_sentences} valid of {t.sentences} sentences)")
+
+
 def read_lines(path: str) -> list[str]:
   """Lines of a text file; a final newline does not add an empty line."""
   with open(path, encoding="utf-8") as f:

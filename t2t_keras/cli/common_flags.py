@@ -46,7 +46,8 @@ define_once("bool", "jit_compile", False, "Compile the train step with XLA.")
 define_once("string", "decode_hparams", "", "e.g. 'beam_size=4,alpha=0.6,extra_length=50'.")
 define_once("string", "decode_from_file", None, "Source sentences, one per line.")
 define_once("string", "decode_to_file", None, "Where the decoder writes translations.")
-define_once("string", "decode_reference", None, "Reference translations: BLEU is printed/logged.")
+define_once("string", "decode_reference", None, "Reference translations: BLEU is printed/logged "
+            "(parsing problems: gold trees, one per line: EVALB F1 is printed).")
 define_once("bool", "eval_bleu", False, "Trainer: decode the dev source at each evaluation and "
             "log sacreBLEU (T2T's decode hook).")
 define_once("integer", "eval_bleu_max_lines", 200, "Trainer: dev lines decoded for BLEU.")

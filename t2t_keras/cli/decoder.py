@@ -28,7 +28,7 @@ flags.DEFINE_bool("decode_jit_compile", False, "Compile decoding with XLA.")
 
 def main(argv):
   del argv
-  from t2t_keras import bleu, decode_text
+  from t2t_keras import bleu, decode_text, evalb
   from t2t_keras.hparams import create_decode_hparams
   decode_hp = create_decode_hparams(FLAGS.decode_hparams)
   model, hparams, problem, encoders = common_flags.load_trained_run()
@@ -48,11 +48,14 @@ def main(argv):
     for line in sys.stdin:
       print(decoder.decode_lines([line.rstrip("\n")])[0], flush=True)
     return
+  # Parsing problems are scored with EVALB F1 against gold trees, not BLEU.
+  parsing = hasattr(problem, "gold_trees_file")
   source, reference = FLAGS.decode_from_file, FLAGS.decode_reference
   if not source:
     split = "test" if FLAGS.eval_use_test_set else "dev"
     source = problem.text_file(FLAGS.data_dir, split, "inputs")
-    reference = reference or problem.text_file(FLAGS.data_dir, split, "targets")
+    reference = reference or (problem.gold_trees_file(FLAGS.data_dir, split) if parsing
+                              else problem.text_file(FLAGS.data_dir, split, "targets"))
   lines = decode_text.read_lines(source, decode_hp.delimiter)
   outputs = decoder.decode_lines(lines)
   _emit(outputs)
@@ -61,8 +64,13 @@ def main(argv):
     if len(refs) != len(outputs):
       raise app.UsageError(f"{reference} has {len(refs)} lines, {source} has {len(outputs)}.")
     hyps = [o.split("\t")[0] for o in outputs]
-    score, signature = bleu.corpus_bleu(hyps, refs, tokenize="intl")
-    print(f"BLEU = {score:.2f}  ({signature})", flush=True)
+    if parsing:
+      report = evalb.evaluate(refs, evalb.delinearize_lines(refs, hyps))
+      print(f"EVALB (COLLINS.prm) against {reference}: {evalb.summary_line(report)}",
+            flush=True)
+    else:
+      score, signature = bleu.corpus_bleu(hyps, refs, tokenize="intl")
+      print(f"BLEU = {score:.2f}  ({signature})", flush=True)
 
 
 def _emit(lines):

@@ -35,22 +35,6 @@ flags.DEFINE_integer("cutoff_len", 40,
                      "Also report sentences of at most this many words.")
 
 
-def delinearize_lines(gold_lines: list[str], test_lines: list[str]
-                      ) -> list[str]:
-  """Trees (one-line strings) of linearized `test_lines` over gold words."""
-  # Imported here: data_gen pulls in TensorFlow, which plain tree scoring
-  # does not need (it would add seconds to every run).
-  from data_gen import wsj_parsing  # pylint: disable=g-import-not-at-top
-  out = []
-  for i, (g, t) in enumerate(zip(gold_lines, test_lines)):
-    try:
-      words = wsj_parsing.clean_tree(wsj_parsing.parse_tree(g)).leaves()
-    except ValueError as e:
-      raise ValueError(f"--gold line {i + 1} is not a tree: {e}") from e
-    out.append(wsj_parsing.tree_to_string(wsj_parsing.delinearize(t, words)))
-  return out
-
-
 def _write_atomic(path: str, lines: list[str]) -> None:
   fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
                              prefix=".tmp_trees_")
@@ -72,7 +56,7 @@ def main(argv: list[str]) -> None:
         f"has {len(test)}; line {min(len(gold), len(test)) + 1} has no "
         "partner. Both need one tree per line, in the same order.")
   if FLAGS.linearized_test:
-    test = delinearize_lines(gold, test)
+    test = evalb.delinearize_lines(gold, test)
     if FLAGS.write_test_trees:
       _write_atomic(FLAGS.write_test_trees, test)
   params = evalb.EvalbParams(cutoff_len=FLAGS.cutoff_len)
@@ -81,10 +65,7 @@ def main(argv: list[str]) -> None:
   for line, message in report.errors():
     print(f"line {line}: {message}", file=sys.stderr)
   print(evalb.format_report(report))
-  t = report.all
-  print(f"P = {t.precision:.2f}  R = {t.recall:.2f}  F1 = {t.f1:.2f}  "
-        f"(matched {t.matched}, gold {t.gold}, test {t.test}; "
-        f"{t.valid_sentences} valid of {t.sentences} sentences)")
+  print(evalb.summary_line(report))
 
 
 def run() -> None:
