@@ -41,6 +41,11 @@ class EvalbParams:
   equivalent_labels: tuple = (("ADVP", "PRT"),)
   labeled: bool = True
   cutoff_len: int = 40
+  # Not EVALB: before scoring, a test tag that disagrees with the gold tag on
+  # whether a word is punctuation (a `delete_labels` tag) is set to the gold
+  # tag, as Collins' pre-EVALB script did. EVALB deletes punctuation by each
+  # tree's own tags, so one such tagging error makes the sentence an error.
+  gold_punctuation_tags: bool = False
 
   def canonical(self, label: str) -> str:
     for a, b in self.equivalent_labels:
@@ -202,9 +207,36 @@ def _crossing(gold: collections.Counter, test: collections.Counter) -> int:
   return count
 
 
+def _preterminals(tokens: Sequence[str]) -> list[tuple[int, str, str]]:
+  """`(index of the tag token, tag, word)` of each `(TAG word)` in `tokens`."""
+  return [(i + 1, tokens[i + 1], tokens[i + 2]) for i in range(len(tokens) - 3)
+          if tokens[i] == "(" and tokens[i + 3] == ")" and
+          "(" not in tokens[i + 1:i + 3] and ")" not in tokens[i + 1:i + 3]]
+
+
+def with_gold_punctuation_tags(gold_line: str, test_line: str,
+                               params: EvalbParams = COLLINS) -> str:
+  """`test_line` with gold tags wherever gold and test disagree on punctuation.
+
+  Punctuation is a tag in `params.delete_labels`. Only when both trees have the
+  same words; otherwise `test_line` is returned unchanged (EVALB reports it).
+  """
+  gold_tokens, test_tokens = _TOKEN_RE.findall(gold_line), _TOKEN_RE.findall(test_line)
+  gold, test = _preterminals(gold_tokens), _preterminals(test_tokens)
+  if [w for _, _, w in gold] != [w for _, _, w in test]:
+    return test_line
+  punct = params.delete_labels
+  for (_, gold_tag, _), (i, test_tag, _) in zip(gold, test):
+    if gold_tag != test_tag and (gold_tag in punct or test_tag in punct):
+      test_tokens[i] = gold_tag
+  return " ".join(test_tokens).replace("( ", "(").replace(" )", ")")
+
+
 def score_sentence(gold_line: str, test_line: str,
                    params: EvalbParams = COLLINS) -> SentenceScore:
   """EVALB's per-sentence result for one gold and one test tree."""
+  if params.gold_punctuation_tags:
+    test_line = with_gold_punctuation_tags(gold_line, test_line, params)
   try:
     gold_terms, gold_br, length = read_brackets(gold_line, params)
   except ValueError as e:

@@ -4,6 +4,7 @@ Bracket lists in the comments are (start, end) over word positions after the
 punctuation words are removed, end exclusive.
 """
 
+import dataclasses
 import math
 import pathlib
 import random
@@ -244,3 +245,35 @@ def test_removing_one_bracket_per_tree_on_sample_dev_trees():
   assert t.tagging_accuracy == pytest.approx(100.0)
   same = evalb.evaluate(gold_lines, gold_lines).all
   assert same.f1 == pytest.approx(100.0) and same.complete_match == 127
+
+
+GOLD_PUNCT = dataclasses.replace(evalb.COLLINS, gold_punctuation_tags=True)
+
+
+@pytest.mark.parametrize("gold,test,raw_message,want", [
+    # A full stop tagged NN: EVALB keeps it as a word of the test tree only.
+    ("(S (NP (NN dogs)) (VP (VBP bark)) (. .))",
+     "(S (NP (NN dogs)) (VP (VBP bark) (NN .)))", "length unmatch (2|3)",
+     (3, 3, 3, 2)),
+    # A word tagged as a comma: EVALB drops it from the test tree only.
+    ("(S (NP (NN dogs)) (VP (VBP bark)))",
+     "(S (NP (, dogs)) (VP (VBP bark)))", "length unmatch (2|1)",
+     (3, 3, 3, 2)),
+    # A real tagging error (NN for VBP) is left alone: tags 1 of 2 right.
+    ("(S (NP (NN dogs)) (VP (VBP bark)) (. .))",
+     "(S (NP (NN dogs) (NN bark)) (. .))", None, (1, 3, 2, 1)),
+])
+def test_gold_punctuation_tags(gold, test, raw_message, want):
+  raw = evalb.score_sentence(gold, test)
+  if raw_message:
+    assert (raw.status, raw.message) == (1, raw_message)
+  fixed = evalb.score_sentence(gold, test, GOLD_PUNCT)
+  assert fixed.status == 0
+  assert (fixed.matched, fixed.gold, fixed.test, fixed.correct_tags) == want
+
+
+def test_gold_punctuation_tags_need_the_same_words():
+  gold = "(S (NP (NN dogs)) (. .))"
+  test = "(S (NP (NN cats)) (NN .))"
+  assert evalb.with_gold_punctuation_tags(gold, test) == test
+  assert evalb.score_sentence(gold, test, GOLD_PUNCT).status == 1

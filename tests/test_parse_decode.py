@@ -80,6 +80,11 @@ def test_decoder_prints_evalb_f1_equal_to_parse_eval(parse_run, tmp_path):
               "--linearized_test", f"--write_test_trees={trees}", "--max_errors=-1")
   assert got.group(2) in want
   assert f"of {n_gold} sentences)" in got.group(2)
+  fixed = re.search(r"with gold punctuation tags: (P = .*)", stdout)
+  assert fixed, stdout
+  assert fixed.group(1) in _run("t2t_keras.cli.parse_eval", f"--gold={gold}", f"--test={out}",
+                                "--linearized_test", "--gold_punctuation_tags",
+                                "--max_errors=-1")
   # Every decode became a tree over exactly the gold words (EVALB may still call a
   # sentence an error when a word's predicted tag is punctuation and the gold one
   # is not, or the reverse: COLLINS.prm deletes punctuation by each tree's tags).

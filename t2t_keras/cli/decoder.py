@@ -65,9 +65,12 @@ def main(argv):
       raise app.UsageError(f"{reference} has {len(refs)} lines, {source} has {len(outputs)}.")
     hyps = [o.split("\t")[0] for o in outputs]
     if parsing:
-      report = evalb.evaluate(refs, evalb.delinearize_lines(refs, hyps))
+      trees = evalb.delinearize_lines(refs, hyps)
+      report = evalb.evaluate(refs, trees)
       print(f"EVALB (COLLINS.prm) against {reference}: {evalb.summary_line(report)}",
             flush=True)
+      report = evalb.evaluate(refs, trees, evalb.EvalbParams(gold_punctuation_tags=True))
+      print(f"  with gold punctuation tags: {evalb.summary_line(report)}", flush=True)
     else:
       score, signature = bleu.corpus_bleu(hyps, refs, tokenize="intl")
       print(f"BLEU = {score:.2f}  ({signature})", flush=True)

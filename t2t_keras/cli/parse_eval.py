@@ -31,6 +31,10 @@ flags.DEFINE_string("write_test_trees", None,
 flags.DEFINE_integer("max_errors", 10,
                      "Stop with an error after this many error sentences "
                      "(EVALB's -e); -1 never stops.")
+flags.DEFINE_bool("gold_punctuation_tags", False,
+                  "Not EVALB: where gold and test disagree on whether a word is "
+                  "punctuation, use the gold tag (Collins' pre-EVALB script), so a "
+                  "punctuation tagging error is not a whole error sentence.")
 flags.DEFINE_integer("cutoff_len", 40,
                      "Also report sentences of at most this many words.")
 
@@ -59,7 +63,8 @@ def main(argv: list[str]) -> None:
     test = evalb.delinearize_lines(gold, test)
     if FLAGS.write_test_trees:
       _write_atomic(FLAGS.write_test_trees, test)
-  params = evalb.EvalbParams(cutoff_len=FLAGS.cutoff_len)
+  params = evalb.EvalbParams(cutoff_len=FLAGS.cutoff_len,
+                             gold_punctuation_tags=FLAGS.gold_punctuation_tags)
   max_errors = None if FLAGS.max_errors < 0 else FLAGS.max_errors
   report = evalb.evaluate(gold, test, params, max_errors=max_errors)
   for line, message in report.errors():
