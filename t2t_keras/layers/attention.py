@@ -190,17 +190,18 @@ class MultiHeadAttention(keras.layers.Layer):
         k = write_position(cache["k"], k, decode_index)
         v = write_position(cache["v"], v, decode_index)
         new_cache = {"k": k, "v": v}
-    rows, memory_rows = tf.shape(q)[0], tf.shape(k)[0]
+    group = None
     if cache is not None and "k_encdec" in cache:
       # Beam search: the `group` beams of an item (item-major rows) share one
       # memory, so they attend to it as `group * length_q` queries of one row
       # instead of reading `group` tiled copies of it.
-      q = _group_rows(q, rows // memory_rows)
+      group = tf.shape(q)[0] // tf.shape(k)[0]
+      q = _group_rows(q, group)
     weights = self._attention_weights(q, k, bias)
     weights = self.dropout(weights, training=training)
     context = tf.matmul(weights, v)
-    if cache is not None and "k_encdec" in cache:
-      context = _ungroup_rows(context, rows // memory_rows)
+    if group is not None:
+      context = _ungroup_rows(context, group)
     x = self.output_transform(combine_heads(context))
     if cache is not None:
       return x, new_cache if new_cache is not None else cache
