@@ -1,35 +1,60 @@
 """Every flagfile in flags/ parses for the trainer, the decoder and the exporter.
 
-Each command gets a fresh FlagValues holding exactly the flags it defines, so a
-flag that one of them lacks makes absl raise; the problem must be registered and
-the hparams and decode_hparams strings must build.
+Each command is imported alone in a fresh process (so it has exactly the flags it
+defines: a flag one of them lacks makes absl raise) and parses every flagfile into
+a fresh copy of its flags; the problem must be registered and the hparams and
+decode_hparams strings must build.
 """
 
-import copy
+import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
-from absl import flags
 
 from data_gen import all_problems  # noqa: F401  (registers the problems)
 from data_gen import registry
 from t2t_keras import hparams as hparams_lib
-from t2t_keras.cli import common_flags, decoder, exporter, trainer
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 FLAGFILES = sorted((REPO / "flags").glob("*.flags"))
-CLIS = {"t2t_keras_trainer": trainer, "t2t_keras_decoder": decoder,
-        "t2t_keras_exporter": exporter}
+CLIS = {"t2t_keras_trainer": "t2t_keras.cli.trainer",
+        "t2t_keras_decoder": "t2t_keras.cli.decoder",
+        "t2t_keras_exporter": "t2t_keras.cli.exporter"}
 
-
-def _flags_of(module) -> flags.FlagValues:
-  """A fresh FlagValues with the shared flags and those `module` defines."""
-  by_module = flags.FLAGS.flags_by_module_dict()
+# Run in the child: parse each flagfile into a fresh copy of the command's flags.
+_PARSE_ALL = """
+import copy, importlib, json, sys
+from absl import flags
+importlib.import_module(sys.argv[1])
+out = {}
+for path in sys.argv[2:]:
   fv = flags.FlagValues()
-  for name in (common_flags.__name__, module.__name__):
-    for flag in by_module.get(name, []):
-      fv[flag.name] = copy.deepcopy(flag)
-  return fv
+  for module_flags in flags.FLAGS.flags_by_module_dict().values():
+    for flag in module_flags:
+      if flag.name not in fv:
+        fv[flag.name] = copy.deepcopy(flag)
+  try:
+    fv(["prog", "--flagfile=" + path])
+  except flags.Error as e:
+    out[path] = {"error": str(e)}
+    continue
+  out[path] = {name: fv[name].value for name in
+               ("problem", "hparams_set", "hparams", "decode_hparams")}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module", params=sorted(CLIS))
+def parsed(request):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO))
+  res = subprocess.run([sys.executable, "-c", _PARSE_ALL, CLIS[request.param],
+                        *map(str, FLAGFILES)], env=env, capture_output=True, text=True,
+                       timeout=300)
+  assert res.returncode == 0, res.stderr[-3000:]
+  return request.param, json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def test_the_paper_and_cpu_set_ups_are_all_there():
@@ -38,17 +63,17 @@ def test_the_paper_and_cpu_set_ups_are_all_there():
           "demo"} <= names
 
 
-@pytest.mark.parametrize("path", FLAGFILES, ids=lambda p: p.name)
-@pytest.mark.parametrize("cli", sorted(CLIS))
-def test_flagfile_parses_for_each_command(path, cli):
-  fv = _flags_of(CLIS[cli])
-  fv(["prog", f"--flagfile={path}"])  # a flag the command lacks raises here
-  assert fv.problem in registry.list_problems()
-  hp = hparams_lib.create_hparams(fv.hparams_set, fv.hparams)
-  assert hp.hidden_size > 0
-  decode_hp = hparams_lib.create_decode_hparams(fv.decode_hparams)
-  # Every set-up states the paper's decoding: beam 4, alpha 0.6, input + 50 for
-  # translation; beam 21, alpha 0.3, input + 300 for parsing.
-  parsing = fv.problem.startswith("parsing_")
-  assert (decode_hp.beam_size, decode_hp.alpha, decode_hp.extra_length) == (
-      (21, 0.3, 300) if parsing else (4, 0.6, 50))
+def test_every_flagfile_parses_for_each_command(parsed):
+  cli, results = parsed
+  assert sorted(results) == sorted(map(str, FLAGFILES))
+  for path, values in results.items():
+    assert "error" not in values, f"{cli} --flagfile={path}: {values.get('error')}"
+    assert values["problem"] in registry.list_problems(), path
+    hp = hparams_lib.create_hparams(values["hparams_set"], values["hparams"])
+    assert hp.hidden_size > 0
+    decode_hp = hparams_lib.create_decode_hparams(values["decode_hparams"])
+    # Every set-up states the paper's decoding: beam 4, alpha 0.6, input + 50 for
+    # translation; beam 21, alpha 0.3, input + 300 for parsing.
+    parsing = values["problem"].startswith("parsing_")
+    assert (decode_hp.beam_size, decode_hp.alpha, decode_hp.extra_length) == (
+        (21, 0.3, 300) if parsing else (4, 0.6, 50)), path
