@@ -48,8 +48,8 @@ def parse_run(tmp_path_factory):
                    problem.target_space_id)
   experiment.save_or_check_run_files(run_dir, hp, PROBLEM, spec)
   tf.keras.utils.set_random_seed(0)
-  trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=20)
-  config = experiment.RunConfig(output_dir=run_dir, train_steps=20, local_eval_frequency=20,
+  trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=5)
+  config = experiment.RunConfig(output_dir=run_dir, train_steps=5, local_eval_frequency=5,
                                 random_seed=0)
   experiment.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
                         log=lambda line: None).train()
@@ -68,7 +68,7 @@ def test_decoder_prints_evalb_f1_equal_to_parse_eval(parse_run, tmp_path):
   out = tmp_path / "test.decoded"
   stdout = _run("t2t_keras.cli.decoder", f"--data_dir={data_dir}", f"--output_dir={run_dir}",
                 "--eval_use_test_set", f"--decode_to_file={out}",
-                "--decode_hparams=beam_size=2,alpha=0.3,extra_length=20")
+                "--decode_hparams=beam_size=2,alpha=0.3,extra_length=10")
   assert "BLEU" not in stdout
   got = re.search(r"EVALB \(COLLINS\.prm\) against (\S+): (P = .*)", stdout)
   assert got and got.group(1) == gold, stdout
