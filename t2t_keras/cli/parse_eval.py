@@ -10,9 +10,7 @@ its gold tree first, and `--write_test_trees` can save those trees.
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 
 from absl import app
 from absl import flags
@@ -39,14 +37,6 @@ flags.DEFINE_integer("cutoff_len", 40,
                      "Also report sentences of at most this many words.")
 
 
-def _write_atomic(path: str, lines: list[str]) -> None:
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
-                             prefix=".tmp_trees_")
-  with os.fdopen(fd, "w", encoding="utf-8") as f:
-    f.write("".join(line + "\n" for line in lines))
-  os.replace(tmp, path)
-
-
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -62,7 +52,9 @@ def main(argv: list[str]) -> None:
   if FLAGS.linearized_test:
     test = evalb.delinearize_lines(gold, test)
     if FLAGS.write_test_trees:
-      _write_atomic(FLAGS.write_test_trees, test)
+      # data_gen (and TensorFlow) is already loaded by delinearize_lines here.
+      from data_gen import generator_utils  # pylint: disable=g-import-not-at-top
+      generator_utils.write_text_atomic(FLAGS.write_test_trees, test)
   params = evalb.EvalbParams(cutoff_len=FLAGS.cutoff_len,
                              gold_punctuation_tags=FLAGS.gold_punctuation_tags)
   max_errors = None if FLAGS.max_errors < 0 else FLAGS.max_errors
