@@ -21,6 +21,15 @@ Model-agnostic: nothing here imports model code. Every decoder takes a callable
   in `tf.while_loop` and compiles with `tf.function(jit_compile=True)`.
 * `logits`: `[n, vocab_size]` float (normalised by `log_softmax` here).
 
+Beam search may also carry `slot_states`: tensors (any shapes, fixed across
+steps) that it hands to the fn and takes back without reordering them when
+beams are reordered; the fn is then called `fn(ids, i, cache, slot_states)`
+and returns `(logits, cache, slot_states)`. A cached model keeps its
+key/value buffers there, append-only: beam slot `s` writes step `i` into its
+own block, and a small per-beam table in `cache` (reordered like every cache
+tensor) records which slot holds each earlier position of the hypothesis.
+Reordering that table replaces copying every buffer each step.
+
 Semantics follow T2T's `utils/beam_search.py` (GNMT length penalty, alive and
 finished sets, 2 * beam candidates per step). Differences, all improvements:
 sequences live in fixed `[.., decode_length + 1]` buffers (XLA friendly);
@@ -57,11 +66,13 @@ class BeamSearchOutput(NamedTuple):
     <= -INF (as in T2T); drop them before showing n-best lists.
   states: final cache of the alive beams, leading dim `batch * beam_size`.
   num_steps: scalar int32, decoding steps run (<= decode_length).
+  slot_states: final `slot_states` (never reordered).
   """
   ids: tf.Tensor
   scores: tf.Tensor
   states: Cache
   num_steps: tf.Tensor
+  slot_states: Cache
 
 
 class _BeamState(NamedTuple):
@@ -72,6 +83,7 @@ class _BeamState(NamedTuple):
   finished_scores: tf.Tensor  # [batch, beam] float32, sorted descending
   finished_flags: tf.Tensor  # [batch, beam] bool
   states: Cache  # leading dim batch * beam
+  slot_states: Cache  # never reordered
 
 
 # ---------------------------------------------------------------- helpers ---
@@ -122,6 +134,29 @@ def _gather_flat_beams(states: Cache, beam_indices: tf.Tensor,
   offsets = tf.range(batch_size)[:, None] * beam_size  # [batch, 1]
   flat_indices = tf.reshape(beam_indices + offsets, [-1])  # [batch * beam]
   return tf.nest.map_structure(lambda t: tf.gather(t, flat_indices), states)
+
+
+def top_k_by_blocks(x: tf.Tensor, k: int, block: int = 128) -> tuple:
+  """`tf.math.top_k(x, k)` over the last axis of `x` `[batch, n]` (static n).
+
+  Same values and indices, ties going to the lower index: the k largest lie in
+  the k blocks of `block` consecutive entries with the largest maxima (a block
+  outside them has k blocks whose maxima beat or tie-precede its entries), so
+  one max pass over `x` and two top-k over `k * block` entries replace a
+  top-k over all n, which XLA on CPU runs slowly for n in the 100,000s.
+  """
+  n = x.shape[-1]
+  if n is None or n <= 4 * k * block:
+    return tf.math.top_k(x, k=k)
+  pad = -n % block
+  if pad:  # -inf padding after the end loses every tie to a real entry
+    x = tf.pad(x, [[0, 0], [0, pad]], constant_values=-np.inf)
+  blocks = tf.reshape(x, [-1, (n + pad) // block, block])
+  _, best = tf.math.top_k(tf.reduce_max(blocks, axis=-1), k=k)  # [batch, k]
+  best = tf.sort(best, axis=-1)  # keep the flat order, so ties resolve as in x
+  candidates = tf.reshape(tf.gather(blocks, best, batch_dims=1), [-1, k * block])
+  values, j = tf.math.top_k(candidates, k=k)
+  return values, tf.gather(best, j // block, batch_dims=1) * block + j % block
 
 
 def _write_column(buffer: tf.Tensor, position: tf.Tensor,
@@ -189,12 +224,13 @@ def _grow_topk(symbols_to_logits_fn, state: _BeamState, beam_size: int,
   Returns:
     topk_seq `[batch, 2*beam, L+1]`, topk_log_probs / topk_scores
     `[batch, 2*beam]`, topk_beam `[batch, 2*beam]` (parent alive beam),
-    topk_ids `[batch, 2*beam]` and the model's new cache (parents' order).
+    topk_ids `[batch, 2*beam]`, the model's new cache (parents' order) and
+    its new slot states.
   """
   batch_size = tf.shape(state.alive_seq)[0]
   flat_ids = merge_beam_dim(state.alive_seq)  # [batch * beam, L+1]
-  flat_logits, new_states = symbols_to_logits_fn(flat_ids, state.i,
-                                                 state.states)
+  flat_logits, new_states, slot_states = symbols_to_logits_fn(
+      flat_ids, state.i, state.states, state.slot_states)
   logits = tf.reshape(_check_logits(flat_logits, vocab_size),
                       [batch_size, beam_size, vocab_size])
   # [batch, beam, V]: log-prob of each one-token extension of each beam,
@@ -206,14 +242,14 @@ def _grow_topk(symbols_to_logits_fn, state: _BeamState, beam_size: int,
   # [batch, 2*beam]: 2 * beam guarantees >= beam candidates that are not EOS.
   # One penalty for all candidates, so rank by log-prob and divide only the
   # 2 * beam winners (T2T divides all beam * V first: same order).
-  topk_log_probs, topk_flat = tf.math.top_k(flat_log_probs, k=2 * beam_size)
+  topk_log_probs, topk_flat = top_k_by_blocks(flat_log_probs, 2 * beam_size)
   topk_scores = topk_log_probs / length_penalty(state.i + 1, alpha)
   topk_beam = topk_flat // vocab_size
   topk_ids = topk_flat % vocab_size
   topk_seq = gather_beams(state.alive_seq, topk_beam)  # [batch, 2*beam, L+1]
   topk_seq = _write_column(topk_seq, state.i + 1, topk_ids)
   return (topk_seq, topk_log_probs, topk_scores, topk_beam, topk_ids,
-          new_states)
+          new_states, slot_states)
 
 
 def _grow_alive(topk_seq, topk_log_probs, topk_scores, topk_is_eos,
@@ -250,7 +286,7 @@ def _beam_step(symbols_to_logits_fn, state: _BeamState, beam_size: int,
                vocab_size: int, alpha: float, eos_id: int) -> _BeamState:
   """One T2T beam-search step: grow_topk, grow_alive, grow_finished."""
   (topk_seq, topk_log_probs, topk_scores, topk_beam, topk_ids,
-   new_states) = _grow_topk(symbols_to_logits_fn, state, beam_size,
+   new_states, slot_states) = _grow_topk(symbols_to_logits_fn, state, beam_size,
                             vocab_size, alpha)
   topk_is_eos = tf.equal(topk_ids, eos_id)  # [batch, 2*beam]
   # Children of the -INF placeholder beams are not real hypotheses.
@@ -261,7 +297,7 @@ def _beam_step(symbols_to_logits_fn, state: _BeamState, beam_size: int,
   finished_seq, finished_scores, finished_flags = _grow_finished(
       state, topk_seq, topk_scores, topk_finished, beam_size)
   return _BeamState(state.i + 1, alive_seq, alive_log_probs, finished_seq,
-                    finished_scores, finished_flags, states)
+                    finished_scores, finished_flags, states, slot_states)
 
 
 def _keep_going(state: _BeamState, decode_length: IntOrTensor, alpha: float,
@@ -289,7 +325,8 @@ def _keep_going(state: _BeamState, decode_length: IntOrTensor, alpha: float,
 
 
 def _initial_beam_state(initial_ids, beam_size: int,
-                        decode_length: IntOrTensor, states) -> _BeamState:
+                        decode_length: IntOrTensor, states,
+                        slot_states) -> _BeamState:
   """Only beam 0 is alive; finished slots are empty with score -INF."""
   ids = _init_id_buffer(initial_ids, decode_length)  # [batch, L+1]
   batch_size = tf.shape(ids)[0]
@@ -297,6 +334,7 @@ def _initial_beam_state(initial_ids, beam_size: int,
   initial_log_probs = tf.constant([[0.0] + [-INF] * (beam_size - 1)])
   alive_log_probs = tf.tile(initial_log_probs, [batch_size, 1])
   states = _check_states(states, ids.shape[0])
+  slot_states = slot_states if slot_states is not None else {}
   flat_states = tf.nest.map_structure(
       lambda t: merge_beam_dim(expand_to_beam_size(t, beam_size)), states)
   return _BeamState(
@@ -304,7 +342,7 @@ def _initial_beam_state(initial_ids, beam_size: int,
       finished_seq=tf.zeros_like(alive_seq),
       finished_scores=tf.fill([batch_size, beam_size], -INF),
       finished_flags=tf.zeros([batch_size, beam_size], tf.bool),
-      states=flat_states)
+      states=flat_states, slot_states=slot_states)
 
 
 def _check_beam_args(beam_size, vocab_size, decode_length, top_beams):
@@ -326,7 +364,8 @@ def beam_search_with_info(symbols_to_logits_fn: SymbolsToLogitsFn,
                           states: Cache = None,
                           eos_id: int = EOS_ID,
                           stop_early: bool = True,
-                          top_beams: int = 1) -> BeamSearchOutput:
+                          top_beams: int = 1,
+                          slot_states: Cache = None) -> BeamSearchOutput:
   """T2T beam search returning ids, scores, final cache and steps run.
 
   Args:
@@ -344,13 +383,21 @@ def beam_search_with_info(symbols_to_logits_fn: SymbolsToLogitsFn,
     top_beams: how many of the returned beams the caller will use. 1 gives
       T2T's criterion; `beam_size` keeps early stopping exact for the whole
       n-best list (T2T instead disabled stopping for n-best output).
+    slot_states: optional nested dict of tensors that are not reordered with
+      the beams; given one, the fn takes and returns it (see the module
+      docstring).
 
   Returns:
     `BeamSearchOutput(ids [batch, beam, decode_length + 1],
-    scores [batch, beam], states, num_steps)`.
+    scores [batch, beam], states, num_steps, slot_states)`.
   """
   _check_beam_args(beam_size, vocab_size, decode_length, top_beams)
-  state = _initial_beam_state(initial_ids, beam_size, decode_length, states)
+  if slot_states is None:
+    three_argument_fn = symbols_to_logits_fn
+    symbols_to_logits_fn = lambda ids, i, cache, slots: (
+        *three_argument_fn(ids, i, cache), slots)
+  state = _initial_beam_state(initial_ids, beam_size, decode_length, states,
+                              slot_states)
   state = tf.while_loop(
       lambda *s: _keep_going(_BeamState(*s), decode_length, alpha,
                              stop_early, top_beams),
@@ -364,7 +411,8 @@ def beam_search_with_info(symbols_to_logits_fn: SymbolsToLogitsFn,
                  state.alive_seq)
   scores = tf.where(any_finished[:, None], state.finished_scores,
                     state.alive_log_probs)
-  return BeamSearchOutput(ids, scores, state.states, state.i)
+  return BeamSearchOutput(ids, scores, state.states, state.i,
+                          state.slot_states)
 
 
 def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn,
@@ -376,7 +424,8 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn,
                 states: Cache = None,
                 eos_id: int = EOS_ID,
                 stop_early: bool = True,
-                top_beams: int = 1) -> tuple:
+                top_beams: int = 1,
+                slot_states: Cache = None) -> tuple:
   """T2T beam search; arguments as in `beam_search_with_info`.
 
   Returns:
@@ -385,7 +434,7 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn,
   """
   out = beam_search_with_info(symbols_to_logits_fn, initial_ids, beam_size,
                               decode_length, vocab_size, alpha, states,
-                              eos_id, stop_early, top_beams)
+                              eos_id, stop_early, top_beams, slot_states)
   return out.ids, out.scores
 
 

@@ -40,7 +40,7 @@ def _force_eos_at_cap(logits: tf.Tensor, i: tf.Tensor, cap: tf.Tensor) -> tf.Ten
 
 def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True,
                               static: Optional[Dict] = None):
-  """Returns fn(ids, i, cache) -> (logits, cache) for `beam_search`.
+  """Returns the `symbols_to_logits_fn` of `beam_search` for `model`.
 
   cached: `model.decode_step` on the last id with fixed-size key/value buffers.
   uncached: re-runs the decoder over the whole prefix each step (T2T's slow path),
@@ -48,22 +48,23 @@ def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True,
 
   static: optional second output of `split_cache`: the tensors that never
   change and are the same for every beam of an item. They stay out of
-  `cache`, which beam search gathers every step; `cache`
+  `cache`, which beam search repeats per beam and reorders every step; `cache`
   is then the first output of `split_cache` and is returned in that form.
+  The cached fn then also takes and returns the third output, the key/value
+  buffers, as beam search's `slot_states`: fn(ids, i, cache, slots).
   """
   def cached(ids, i, cache):
-    if static is None:
-      state = {"encdec_bias": cache["encdec_bias"], "layers": cache["layers"]}
-    else:
-      state = {"encdec_bias": static["encdec_bias"],
-               "layers": [dict(own, **fixed) for own, fixed in
-                          zip(cache["layers"], static["layers"])]}
+    logits, cache = model.decode_step(ids[:, i], i, cache)
+    return _force_eos_at_cap(logits, i, cache["cap"]), cache
+
+  def cached_beams(ids, i, cache, slots):
+    state = {"encdec_bias": static["encdec_bias"], "history": cache["history"],
+             "layers": [dict(own, **fixed) for own, fixed in
+                        zip(slots["layers"], static["layers"])]}
     logits, state = model.decode_step(ids[:, i], i, state)
     logits = _force_eos_at_cap(logits, i, cache["cap"])
-    layers = state["layers"]
-    if static is not None:
-      layers = [{"k": layer["k"], "v": layer["v"]} for layer in layers]
-    return logits, dict(cache, layers=layers)
+    slots = {"layers": [{"k": layer["k"], "v": layer["v"]} for layer in state["layers"]]}
+    return logits, dict(cache, history=state["history"]), slots
 
   def uncached(ids, i, cache):
     fixed = cache if static is None else static
@@ -73,32 +74,34 @@ def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True,
     logits = tf.gather(logits, i, axis=1)
     return _force_eos_at_cap(logits, i, cache["cap"]), cache
 
-  return cached if use_cache else uncached
+  if not use_cache:
+    return uncached
+  return cached if static is None else cached_beams
 
 
-def split_cache(cache: Dict, beam_size: int) -> Tuple[Dict, Dict]:
-  """Splits a decoding cache into (per-beam state, static part) for beam search.
+def split_cache(cache: Dict, beam_size: int) -> Tuple[Dict, Dict, Optional[Dict]]:
+  """Splits a decoding cache into (per-beam state, static part, slot buffers).
 
   Everything that is fixed during decoding and equal across the beams of an
-  item stays out of the per-beam state, so no step gathers it. Cached path:
-  the encoder-decoder bias and keys/values keep one row per item (the beams of
-  an item attend to them together, see `MultiHeadAttention`). Uncached path:
-  the encoder output and bias are repeated to `[batch * beam_size, ...]` once,
-  in beam search's item-major row order. The per-beam state keeps `cap` and the
-  self-attention buffers `[batch, heads, decode_length, depth]`, which beam
-  search tiles and gathers.
+  item stays out of the per-beam state, so no step reorders it. Cached path
+  (`model.init_cache(..., beams=beam_size)`): the encoder-decoder bias and
+  keys/values keep one row per item (the beams of an item attend to them
+  together, see `MultiHeadAttention`); the self-attention buffers are beam
+  search's `slot_states` (never reordered); the per-beam state is `cap` and
+  the small "history" table that beam search repeats and reorders. Uncached
+  path: the encoder output and bias are repeated to `[batch * beam_size, ...]`
+  once, in beam search's item-major row order, and there are no slot buffers.
   """
   if "layers" not in cache:  # uncached
     tile = lambda t: tf.repeat(t, beam_size, axis=0)
     static = {"encoder_output": tile(cache["encoder_output"]),
               "encdec_bias": tile(cache["encdec_bias"])}
-    return {"cap": cache["cap"]}, static
+    return {"cap": cache["cap"]}, static, None
   static = {"encdec_bias": cache["encdec_bias"],
             "layers": [{"k_encdec": layer["k_encdec"], "v_encdec": layer["v_encdec"]}
                        for layer in cache["layers"]]}
-  state = {"cap": cache["cap"],
-           "layers": [{"k": layer["k"], "v": layer["v"]} for layer in cache["layers"]]}
-  return state, static
+  slots = {"layers": [{"k": layer["k"], "v": layer["v"]} for layer in cache["layers"]]}
+  return {"cap": cache["cap"], "history": cache["history"]}, static, slots
 
 
 def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
@@ -126,18 +129,20 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
   cap = _input_lengths(inputs) + decode_hp.extra_length
   encoder_output, encdec_bias = model.encode(inputs, training=False)
   if use_cache:
-    cache = model.init_cache(encoder_output, encdec_bias, decode_length)
+    cache = model.init_cache(encoder_output, encdec_bias, decode_length,
+                             beams=decode_hp.beam_size)
     cache["cap"] = cap
   else:
     cache = {"encoder_output": encoder_output, "encdec_bias": encdec_bias, "cap": cap}
   initial = tf.zeros([tf.shape(inputs)[0]], tf.int32)
   if decode_hp.beam_size > 1:
-    cache, static = split_cache(cache, decode_hp.beam_size)
+    cache, static, slots = split_cache(cache, decode_hp.beam_size)
     fn = make_symbols_to_logits_fn(model, use_cache, static)
     top = decode_hp.beam_size if decode_hp.return_beams else 1
     ids, scores = beam_search.beam_search(
         fn, initial, decode_hp.beam_size, decode_length, model.target_vocab_size,
-        decode_hp.alpha, states=cache, eos_id=EOS_ID, stop_early=True, top_beams=top)
+        decode_hp.alpha, states=cache, eos_id=EOS_ID, stop_early=True, top_beams=top,
+        slot_states=slots)
     ids = ids[:, :, 1:]
     return (ids, scores) if decode_hp.return_beams else (ids[:, 0], scores[:, 0])
   fn = make_symbols_to_logits_fn(model, use_cache)

@@ -148,13 +148,25 @@ class Transformer(keras.Model):
 
   # -- Incremental decoding --------------------------------------------------
 
-  def init_cache(self, encoder_output, encdec_bias, decode_length) -> Cache:
+  def init_cache(self, encoder_output, encdec_bias, decode_length, beams: int = 1) -> Cache:
     """Cache for `decode_step`: every tensor has the batch as leading dim.
+
+    Args:
+      encoder_output: `[batch, input_length, hidden]`.
+      encdec_bias: `[batch, 1, 1, input_length]`.
+      decode_length: positions in the self-attention buffers.
+      beams: hypotheses per item that share the item's buffers (beam search).
+        With beams > 1 each item's buffers hold `beams` blocks of
+        `decode_length` positions, one per beam slot, and the cache gets a
+        "history" table for beam search to repeat and reorder per beam.
 
     Returns:
       {"encdec_bias": `[batch, 1, 1, input_length]`, "layers": [per layer
-      {"k", "v": zeros `[batch, heads, decode_length, depth/heads]`,
-       "k_encdec", "v_encdec": `[batch, heads, input_length, depth/heads]`}]}.
+      {"k", "v": zeros `[batch, heads, beams * decode_length, depth/heads]`,
+       "k_encdec", "v_encdec": `[batch, heads, input_length, depth/heads]`}]},
+      plus, when beams > 1, "history": False `[batch, beams, decode_length]`
+      (`history[row, slot, t]`: position t of this row's hypothesis is in the
+      buffer block of `slot`).
     """
     hp = self.hparams
     batch = tf.shape(encoder_output)[0]
@@ -163,12 +175,15 @@ class Transformer(keras.Model):
     for layer in self.decoder.layers_:
       k_encdec, v_encdec = layer.encdec_attention.compute_memory_kv(encoder_output)
       layers.append({
-          "k": tf.zeros([batch, hp.num_heads, decode_length, hp.key_channels // hp.num_heads],
-                        dtype),
-          "v": tf.zeros([batch, hp.num_heads, decode_length,
+          "k": tf.zeros([batch, hp.num_heads, beams * decode_length,
+                         hp.key_channels // hp.num_heads], dtype),
+          "v": tf.zeros([batch, hp.num_heads, beams * decode_length,
                          hp.value_channels // hp.num_heads], dtype),
           "k_encdec": k_encdec, "v_encdec": v_encdec})
-    return {"encdec_bias": encdec_bias, "layers": layers}
+    cache = {"encdec_bias": encdec_bias, "layers": layers}
+    if beams > 1:
+      cache["history"] = tf.zeros([batch, beams, decode_length], tf.bool)
+    return cache
 
   def decode_step(self, ids, i, cache: Cache) -> Tuple[tf.Tensor, Cache]:
     """One decoding step.
@@ -177,22 +192,41 @@ class Transformer(keras.Model):
       ids: `[batch]` int ids of the previous step (0, i.e. a zero embedding, at i=0,
         which is what shift_right feeds in training).
       i: scalar int32 step index (the position being predicted).
-      cache: from `init_cache` or the previous step. Beam search may keep
-        "encdec_bias", "k_encdec" and "v_encdec" at one row per item while the
-        rest has one row per beam (rows item-major), see `MultiHeadAttention`.
+      cache: from `init_cache` or the previous step. In beam search (a
+        "history" `[batch, beams, decode_length]` is present) rows are
+        item-major beams; "encdec_bias", "k", "v", "k_encdec" and "v_encdec"
+        have one row per item, row `item * beams + slot` writes its step into
+        block `slot` of its item's buffers and attends to the positions its
+        history marks.
     Returns:
       (float32 logits `[batch, vocab]`, new cache).
     """
     x = self.target_modality.embed(tf.cast(ids, tf.int32)[:, None])
     x = self.targets_position(x, start_index=i)
-    decode_length = tf.shape(cache["layers"][0]["k"])[2]
-    # Positions after i are not written yet: mask them like the causal bias does.
-    future = tf.cast(tf.range(decode_length) > i, tf.float32)
-    self_bias = (future * large_compatible_negative(tf.float32))[None, None, None, :]
+    negative = large_compatible_negative(tf.float32)
+    new_cache = dict(cache)
+    if "history" in cache:
+      history = cache["history"]
+      beams = history.shape[1]
+      rows, decode_length = tf.shape(history)[0], tf.shape(history)[2]
+      own_slot = tf.equal(tf.range(rows) % beams, tf.range(beams)[:, None])  # [beams, rows]
+      written = tf.logical_and(tf.transpose(own_slot)[:, :, None],
+                               tf.equal(tf.range(decode_length), i))  # [rows, beams, length]
+      history = tf.logical_or(history, written)
+      new_cache["history"] = history
+      # [items, 1, beams (queries), beams * length (keys, slot-major)].
+      self_bias = tf.reshape(tf.where(history, 0.0, negative),
+                             [rows // beams, 1, beams, beams * decode_length])
+    else:
+      decode_length = tf.shape(cache["layers"][0]["k"])[2]
+      # Positions after i are not written yet: mask them like the causal bias does.
+      future = tf.cast(tf.range(decode_length) > i, tf.float32)
+      self_bias = (future * negative)[None, None, None, :]
     x, layers = self.decoder(x, None, self_bias, cache["encdec_bias"], training=False,
                              cache=cache["layers"], decode_index=i)
     logits = tf.cast(self.softmax.logits(x), tf.float32)[:, 0, :]
-    return logits, {"encdec_bias": cache["encdec_bias"], "layers": layers}
+    new_cache["layers"] = layers
+    return logits, new_cache
 
   def get_config(self):
     return {"hparams": self.hparams.to_dict(), "input_vocab_size": self.input_vocab_size,

@@ -58,20 +58,26 @@ def write_position(buffer: tf.Tensor, step: tf.Tensor, index) -> tf.Tensor:
   """Writes one step into a fixed-size key or value buffer.
 
   Args:
-    buffer: `[batch, heads, max_length, depth]`.
-    step: `[batch, heads, 1, depth]`, written at position `index` of every row.
+    buffer: `[items, heads, group * max_length, depth]`: `group` consecutive
+      rows of `step` (the beams of an item in beam search, else 1) share an
+      item's buffer, each its own block of `max_length` positions.
+    step: `[items * group, heads, 1, depth]`; row `item * group + g` is written
+      at position `g * max_length + index` of its item.
     index: scalar int32.
   Returns:
     The updated buffer (same shape, so the decoding loop stays shape-stable for
-    XLA). A scatter touches only the written position; blending with a one-hot
+    XLA). A scatter touches only the written positions; blending with a one-hot
     mask would read and write the whole buffer every step.
   """
   shape = tf.shape(buffer)
-  rows = shape[0] * shape[1]
-  row = tf.range(rows)
-  indices = tf.stack([row // shape[1], row % shape[1],
-                      tf.fill([rows], tf.cast(index, tf.int32))], axis=1)
-  updates = tf.reshape(tf.cast(step, buffer.dtype), [rows, -1])
+  heads = shape[1]
+  group = tf.shape(step)[0] // shape[0]
+  entries = tf.shape(step)[0] * heads
+  entry = tf.range(entries)
+  row, head = entry // heads, entry % heads
+  position = (row % group) * (shape[2] // group) + tf.cast(index, tf.int32)
+  indices = tf.stack([row // group, head, position], axis=1)
+  updates = tf.reshape(tf.cast(step, buffer.dtype), [entries, -1])
   return tf.tensor_scatter_nd_update(buffer, indices, updates)
 
 
@@ -112,11 +118,14 @@ class MultiHeadAttention(keras.layers.Layer):
     bias: float32, broadcastable to `[batch, heads, length_q, length_kv]`.
     training: Python bool or None.
     cache: optional dict for incremental decoding. Self-attention: `{"k", "v"}`
-      fixed-size buffers `[batch, heads, max_length, depth/heads]` into which the
-      step's key/value are written at `decode_index`. Encoder-decoder attention:
+      fixed-size buffers `[batch / group, heads, group * max_length,
+      depth/heads]` into which the step's key/value are written at
+      `decode_index` (see `write_position`). Encoder-decoder attention:
       `{"k_encdec", "v_encdec"}` precomputed with `compute_memory_kv`, with
-      `batch / group` rows when each group of `group` consecutive query rows
-      (the beams of an item) shares one memory; `bias` then has those rows too.
+      `batch / group` rows. Either way each group of `group` consecutive query
+      rows (the beams of an item in beam search, else 1) attends to its item's
+      memory together, and `bias` has `batch / group` rows and `group` query
+      positions: for self-attention it selects each beam's own history.
     decode_index: scalar int32 position written in the self-attention cache.
 
   Returns:
@@ -191,10 +200,10 @@ class MultiHeadAttention(keras.layers.Layer):
         v = write_position(cache["v"], v, decode_index)
         new_cache = {"k": k, "v": v}
     group = None
-    if cache is not None and "k_encdec" in cache:
+    if cache is not None:
       # Beam search: the `group` beams of an item (item-major rows) share one
       # memory, so they attend to it as `group * length_q` queries of one row
-      # instead of reading `group` tiled copies of it.
+      # instead of reading `group` tiled (or reordered) copies of it.
       group = tf.shape(q)[0] // tf.shape(k)[0]
       q = _group_rows(q, group)
     weights = self._attention_weights(q, k, bias)
