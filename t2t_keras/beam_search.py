@@ -136,27 +136,52 @@ def _gather_flat_beams(states: Cache, beam_indices: tf.Tensor,
   return tf.nest.map_structure(lambda t: tf.gather(t, flat_indices), states)
 
 
-def top_k_by_blocks(x: tf.Tensor, k: int, block: int = 128) -> tuple:
-  """`tf.math.top_k(x, k)` over the last axis of `x` `[batch, n]` (static n).
+def top_log_prob_extensions(logits: tf.Tensor, parent_log_probs: tf.Tensor,
+                            k: int, block: int = 128) -> tuple:
+  """The k most likely one-token extensions of each item's beams.
 
-  Same values and indices, ties going to the lower index: the k largest lie in
-  the k blocks of `block` consecutive entries with the largest maxima (a block
-  outside them has k blocks whose maxima beat or tie-precede its entries), so
-  one max pass over `x` and two top-k over `k * block` entries replace a
-  top-k over all n, which XLA on CPU runs slowly for n in the 100,000s.
+  Args:
+    logits: `[batch, beam, vocab]` float32.
+    parent_log_probs: `[batch, beam]`.
+    k: extensions kept per item, at most 2 * beam.
+    block: vocabulary entries per block (see below; at most vocab / 2).
+
+  Returns:
+    (log_probs `[batch, k]` sorted descending, beam `[batch, k]`, id
+    `[batch, k]`): exactly `tf.math.top_k` over the `[batch, beam * vocab]`
+    log-probs `logits - logsumexp(logits) + parent_log_prob`, ties going to
+    the lower (beam, id), without materialising them. The k best lie in the k
+    blocks of `block` consecutive ids with the largest maxima (a block outside
+    them has k blocks whose maxima beat or tie-precede its entries), and adding
+    a beam's constant offset keeps the order inside a beam. So the logits are
+    read twice (block maxima, which also give each beam's max for logsumexp;
+    then the exp sum) and top-k runs over `k * block` entries, not over
+    `beam * vocab` (slow in XLA on CPU for 100,000s).
   """
-  n = x.shape[-1]
-  if n is None or n <= 4 * k * block:
-    return tf.math.top_k(x, k=k)
-  pad = -n % block
-  if pad:  # -inf padding after the end loses every tie to a real entry
-    x = tf.pad(x, [[0, 0], [0, pad]], constant_values=-np.inf)
-  blocks = tf.reshape(x, [-1, (n + pad) // block, block])
-  _, best = tf.math.top_k(tf.reduce_max(blocks, axis=-1), k=k)  # [batch, k]
-  best = tf.sort(best, axis=-1)  # keep the flat order, so ties resolve as in x
-  candidates = tf.reshape(tf.gather(blocks, best, batch_dims=1), [-1, k * block])
-  values, j = tf.math.top_k(candidates, k=k)
-  return values, tf.gather(best, j // block, batch_dims=1) * block + j % block
+  beam, vocab = logits.shape[1], logits.shape[2]
+  # >= 2 blocks a beam, so there are >= k = 2 * beam blocks to choose from.
+  block = max(1, min(block, vocab // 2))
+  pad = -vocab % block
+  if pad:  # -inf after the end: never wins a tie, adds 0 to the exp sum
+    logits = tf.pad(logits, [[0, 0], [0, 0], [0, pad]], constant_values=-np.inf)
+  width = vocab + pad
+  blocks = tf.reshape(logits, [-1, beam * width // block, block])
+  block_max = tf.reshape(tf.reduce_max(blocks, axis=-1), [-1, beam, width // block])
+  beam_max = tf.reduce_max(block_max, axis=-1)  # [batch, beam]
+  # As tf.reduce_logsumexp, with the max taken from the block maxima.
+  shift = tf.where(tf.math.is_finite(beam_max), beam_max, 0.0)
+  logsumexp = shift + tf.math.log(
+      tf.reduce_sum(tf.exp(logits - shift[:, :, None]), axis=-1))
+  offsets = parent_log_probs - logsumexp  # [batch, beam]
+  block_scores = tf.reshape(block_max + offsets[:, :, None], [-1, beam * width // block])
+  _, best = tf.math.top_k(block_scores, k=k)  # [batch, k] block indices
+  best = tf.sort(best, axis=-1)  # flat order, so ties resolve as in a flat top-k
+  best_beam = best // (width // block)
+  candidates = (tf.gather(blocks, best, batch_dims=1) +
+                tf.gather(offsets, best_beam, batch_dims=1)[:, :, None])  # [batch, k, block]
+  values, j = tf.math.top_k(tf.reshape(candidates, [-1, k * block]), k=k)
+  flat = tf.gather(best, j // block, batch_dims=1) * block + j % block
+  return values, flat // width, flat % width
 
 
 def _write_column(buffer: tf.Tensor, position: tf.Tensor,
@@ -233,19 +258,13 @@ def _grow_topk(symbols_to_logits_fn, state: _BeamState, beam_size: int,
       flat_ids, state.i, state.states, state.slot_states)
   logits = tf.reshape(_check_logits(flat_logits, vocab_size),
                       [batch_size, beam_size, vocab_size])
-  # [batch, beam, V]: log-prob of each one-token extension of each beam,
-  # logits - logsumexp + parent log-prob, with the two per-beam terms added
-  # first (one pass over the logits less than log_softmax, then +).
-  offsets = state.alive_log_probs - tf.reduce_logsumexp(logits, axis=-1)
-  log_probs = logits + offsets[:, :, None]
-  flat_log_probs = tf.reshape(log_probs, [batch_size, beam_size * vocab_size])
-  # [batch, 2*beam]: 2 * beam guarantees >= beam candidates that are not EOS.
-  # One penalty for all candidates, so rank by log-prob and divide only the
-  # 2 * beam winners (T2T divides all beam * V first: same order).
-  topk_log_probs, topk_flat = top_k_by_blocks(flat_log_probs, 2 * beam_size)
+  # [batch, 2*beam] of the beam * V extensions by log-prob: 2 * beam
+  # guarantees >= beam candidates that are not EOS. One penalty for all
+  # candidates, so rank by log-prob and divide only the 2 * beam winners
+  # (T2T divides all beam * V first: same order).
+  topk_log_probs, topk_beam, topk_ids = top_log_prob_extensions(
+      logits, state.alive_log_probs, 2 * beam_size)
   topk_scores = topk_log_probs / length_penalty(state.i + 1, alpha)
-  topk_beam = topk_flat // vocab_size
-  topk_ids = topk_flat % vocab_size
   topk_seq = gather_beams(state.alive_seq, topk_beam)  # [batch, 2*beam, L+1]
   topk_seq = _write_column(topk_seq, state.i + 1, topk_ids)
   return (topk_seq, topk_log_probs, topk_scores, topk_beam, topk_ids,

@@ -156,17 +156,18 @@ class Transformer(keras.Model):
       encdec_bias: `[batch, 1, 1, input_length]`.
       decode_length: positions in the self-attention buffers.
       beams: hypotheses per item that share the item's buffers (beam search).
-        With beams > 1 each item's buffers hold `beams` blocks of
-        `decode_length` positions, one per beam slot, and the cache gets a
-        "history" table for beam search to repeat and reorder per beam.
+        With beams > 1 each item's buffers hold `decode_length * beams`
+        positions, position `t * beams + slot` written by beam slot `slot` at
+        step t, and the cache gets a "history" table for beam search to
+        repeat and reorder per beam.
 
     Returns:
       {"encdec_bias": `[batch, 1, 1, input_length]`, "layers": [per layer
-      {"k", "v": zeros `[batch, heads, beams * decode_length, depth/heads]`,
+      {"k", "v": zeros `[batch, heads, decode_length * beams, depth/heads]`,
        "k_encdec", "v_encdec": `[batch, heads, input_length, depth/heads]`}]},
-      plus, when beams > 1, "history": False `[batch, beams, decode_length]`
-      (`history[row, slot, t]`: position t of this row's hypothesis is in the
-      buffer block of `slot`).
+      plus, when beams > 1, "history": False `[batch, decode_length, beams]`
+      (`history[row, t, slot]`: position t of this row's hypothesis is the one
+      slot `slot` wrote at step t).
     """
     hp = self.hparams
     batch = tf.shape(encoder_output)[0]
@@ -175,14 +176,14 @@ class Transformer(keras.Model):
     for layer in self.decoder.layers_:
       k_encdec, v_encdec = layer.encdec_attention.compute_memory_kv(encoder_output)
       layers.append({
-          "k": tf.zeros([batch, hp.num_heads, beams * decode_length,
+          "k": tf.zeros([batch, hp.num_heads, decode_length * beams,
                          hp.key_channels // hp.num_heads], dtype),
-          "v": tf.zeros([batch, hp.num_heads, beams * decode_length,
+          "v": tf.zeros([batch, hp.num_heads, decode_length * beams,
                          hp.value_channels // hp.num_heads], dtype),
           "k_encdec": k_encdec, "v_encdec": v_encdec})
     cache = {"encdec_bias": encdec_bias, "layers": layers}
     if beams > 1:
-      cache["history"] = tf.zeros([batch, beams, decode_length], tf.bool)
+      cache["history"] = tf.zeros([batch, decode_length, beams], tf.bool)
     return cache
 
   def decode_step(self, ids, i, cache: Cache) -> Tuple[tf.Tensor, Cache]:
@@ -193,11 +194,11 @@ class Transformer(keras.Model):
         which is what shift_right feeds in training).
       i: scalar int32 step index (the position being predicted).
       cache: from `init_cache` or the previous step. In beam search (a
-        "history" `[batch, beams, decode_length]` is present) rows are
+        "history" `[batch, decode_length, beams]` is present) rows are
         item-major beams; "encdec_bias", "k", "v", "k_encdec" and "v_encdec"
-        have one row per item, row `item * beams + slot` writes its step into
-        block `slot` of its item's buffers and attends to the positions its
-        history marks.
+        have one row per item, row `item * beams + slot` writes step i at
+        position `i * beams + slot` of its item's buffers and attends to the
+        positions its history marks.
     Returns:
       (float32 logits `[batch, vocab]`, new cache).
     """
@@ -207,16 +208,16 @@ class Transformer(keras.Model):
     new_cache = dict(cache)
     if "history" in cache:
       history = cache["history"]
-      beams = history.shape[1]
-      rows, decode_length = tf.shape(history)[0], tf.shape(history)[2]
-      own_slot = tf.equal(tf.range(rows) % beams, tf.range(beams)[:, None])  # [beams, rows]
-      written = tf.logical_and(tf.transpose(own_slot)[:, :, None],
-                               tf.equal(tf.range(decode_length), i))  # [rows, beams, length]
-      history = tf.logical_or(history, written)
+      beams = history.shape[2]
+      rows, decode_length = tf.shape(history)[0], tf.shape(history)[1]
+      own_slot = tf.equal(tf.range(rows)[:, None] % beams, tf.range(beams))  # [rows, beams]
+      written = tf.logical_and(own_slot[:, None, :],
+                               tf.equal(tf.range(decode_length), i)[:, None])
+      history = tf.logical_or(history, written)  # [rows, length, beams]
       new_cache["history"] = history
-      # [items, 1, beams (queries), beams * length (keys, slot-major)].
+      # [items, 1, beams (queries), length * beams (keys, position-major)].
       self_bias = tf.reshape(tf.where(history, 0.0, negative),
-                             [rows // beams, 1, beams, beams * decode_length])
+                             [rows // beams, 1, beams, decode_length * beams])
     else:
       decode_length = tf.shape(cache["layers"][0]["k"])[2]
       # Positions after i are not written yet: mask them like the causal bias does.

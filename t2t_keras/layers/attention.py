@@ -58,11 +58,12 @@ def write_position(buffer: tf.Tensor, step: tf.Tensor, index) -> tf.Tensor:
   """Writes one step into a fixed-size key or value buffer.
 
   Args:
-    buffer: `[items, heads, group * max_length, depth]`: `group` consecutive
+    buffer: `[items, heads, max_length * group, depth]`: `group` consecutive
       rows of `step` (the beams of an item in beam search, else 1) share an
-      item's buffer, each its own block of `max_length` positions.
+      item's buffer, position-major: step `index` writes positions
+      `index * group ... index * group + group - 1`.
     step: `[items * group, heads, 1, depth]`; row `item * group + g` is written
-      at position `g * max_length + index` of its item.
+      at position `index * group + g` of its item.
     index: scalar int32.
   Returns:
     The updated buffer (same shape, so the decoding loop stays shape-stable for
@@ -75,7 +76,7 @@ def write_position(buffer: tf.Tensor, step: tf.Tensor, index) -> tf.Tensor:
   entries = tf.shape(step)[0] * heads
   entry = tf.range(entries)
   row, head = entry // heads, entry % heads
-  position = (row % group) * (shape[2] // group) + tf.cast(index, tf.int32)
+  position = tf.cast(index, tf.int32) * group + row % group
   indices = tf.stack([row // group, head, position], axis=1)
   updates = tf.reshape(tf.cast(step, buffer.dtype), [entries, -1])
   return tf.tensor_scatter_nd_update(buffer, indices, updates)
@@ -118,7 +119,7 @@ class MultiHeadAttention(keras.layers.Layer):
     bias: float32, broadcastable to `[batch, heads, length_q, length_kv]`.
     training: Python bool or None.
     cache: optional dict for incremental decoding. Self-attention: `{"k", "v"}`
-      fixed-size buffers `[batch / group, heads, group * max_length,
+      fixed-size buffers `[batch / group, heads, max_length * group,
       depth/heads]` into which the step's key/value are written at
       `decode_index` (see `write_position`). Encoder-decoder attention:
       `{"k_encdec", "v_encdec"}` precomputed with `compute_memory_kv`, with
