@@ -489,6 +489,70 @@ def test_constant_state_outside_cache_matches_gathered_state():
   plain = bs.beam_search(table_fn(table.numpy()), sos, beam, length, vocab, 0.6)
   assert not np.array_equal(plain[0].numpy(), want[0].numpy())
 
+def test_slot_states_stay_in_place_and_a_reordered_table_finds_them():
+  """The cached model's scheme: each slot appends the id it consumed at step i
+  to its own row of a slot state (never reordered); the cache (reordered with
+  the beams) records which slot wrote each position. Following that table
+  must give back every final beam's own ids, and the search must equal one
+  without slot states."""
+  length, vocab, beam = 7, 6, 3
+  table = random_table(8, length=length, vocab=vocab)
+  sos = tf.constant([0, 2, 4])
+  rows = 3 * beam
+
+  def fn(ids, i, cache, slots):
+    last = tf.gather(ids, i, axis=1)  # [rows]
+    at_i = tf.range(length + 1) == i
+    written = tf.where(at_i, last[:, None], slots["written"])
+    slot_of = tf.where(at_i, tf.range(rows)[:, None], cache["slot_of"])
+    return tf.gather(table[i], last), {"slot_of": slot_of}, {"written": written}
+
+  out = bs.beam_search_with_info(
+      fn, sos, beam, length, vocab, 0.6, states={"slot_of": tf.fill([3, length + 1], -1)},
+      eos_id=99, slot_states={"written": tf.fill([rows, length + 1], -1)})
+  ids = out.ids.numpy().reshape(rows, length + 1)
+  slot_of = out.states["slot_of"].numpy()[:, :length]
+  written = out.slot_states["written"].numpy()
+  # Slot r wrote something at every step, in its own row.
+  assert np.all(written[:, :length] >= 0) and np.all(written[:, length] == -1)
+  seen = written[slot_of, np.arange(length)[None, :]]
+  np.testing.assert_array_equal(seen, ids[:, :length])
+  plain = bs.beam_search_with_info(table_fn(table), sos, beam, length, vocab, 0.6, eos_id=99)
+  np.testing.assert_array_equal(out.ids.numpy(), plain.ids.numpy())
+  np.testing.assert_array_equal(out.scores.numpy(), plain.scores.numpy())
+
+
+@pytest.mark.parametrize("vocab,block", [(7, 128), (300, 128), (1024, 128), (1000, 16)])
+def test_top_log_prob_extensions_equals_flat_top_k(vocab, block):
+  rng = np.random.default_rng(vocab)
+  batch, beam = 5, 3
+  k = 2 * beam
+  # Few distinct logit values: many exact ties, which must go to the lower index.
+  logits = rng.integers(0, 4, size=(batch, beam, vocab)).astype(np.float32)
+  logits[1] = logits[1, :1]  # identical beams: ties across beams too
+  parents = rng.normal(size=(batch, beam)).astype(np.float32)
+  parents[:, 1:] = np.where(rng.random((batch, beam - 1)) < 0.3, -bs.INF, parents[:, 1:])
+  parents[1] = 0.0
+  lp = tf.constant(logits) + (parents - tf.reduce_logsumexp(logits, axis=-1))[..., None]
+  want_values, want_flat = tf.math.top_k(tf.reshape(lp, [batch, beam * vocab]), k=k)
+  values, beams, ids = bs.top_log_prob_extensions(tf.constant(logits), tf.constant(parents),
+                                                  k, block=block)
+  np.testing.assert_array_equal(beams.numpy() * vocab + ids.numpy(), want_flat.numpy())
+  np.testing.assert_allclose(values.numpy(), want_values.numpy(), rtol=1e-6, atol=1e-6)
+  assert np.all(ids.numpy() < vocab)
+
+
+def test_top_log_prob_extensions_tie_across_blocks_goes_to_lower_id():
+  # Blocks of 2: maxima 5, 0, 9, 0. The second-best value 5 is at id 1 (block
+  # 0) and id 5 (block 2, chosen first for its 9): a flat top-k takes id 1.
+  logits = tf.constant([[[0.0, 5.0, 0.0, 0.0, 9.0, 5.0, 0.0, 0.0]]])
+  values, beams, ids = bs.top_log_prob_extensions(logits, tf.zeros([1, 1]), 2, block=2)
+  np.testing.assert_array_equal(ids.numpy(), [[4, 1]])
+  np.testing.assert_array_equal(beams.numpy(), [[0, 0]])
+  lse = np.log(np.exp(logits.numpy()).sum())
+  np.testing.assert_allclose(values.numpy(), [[9.0 - lse, 5.0 - lse]], rtol=1e-6)
+
+
 # -------------------------------------------------------- greedy / sample ---
 @pytest.mark.parametrize("seed", range(3))
 def test_greedy_matches_numpy_reference(seed):

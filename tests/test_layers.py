@@ -123,6 +123,21 @@ def test_write_position_changes_only_that_position():
     np.testing.assert_array_equal(got.numpy(), want)
 
 
+def test_write_position_of_beams_sharing_a_buffer():
+  # 2 items x 3 beams share 2 buffers of 4 steps * 3 slots: beam g of an item
+  # writes step i at position i * 3 + g.
+  rng = np.random.default_rng(6)
+  items, beams, steps = 2, 3, 4
+  buffer = rng.normal(size=(items, 2, steps * beams, 5)).astype(np.float32)
+  step = rng.normal(size=(items * beams, 2, 1, 5)).astype(np.float32)
+  for index in (0, 2, 3):
+    want = buffer.copy()
+    for row in range(items * beams):
+      want[row // beams, :, index * beams + row % beams] = step[row, :, 0]
+    got = attention.write_position(tf.constant(buffer), tf.constant(step), index)
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
 def test_symbol_modality_scaling_padding_and_tied_logits():
   mod = embedding.SymbolModality(11, 6)
   mod.build()
