@@ -39,8 +39,9 @@ def decode_flops(hp: HParams, target_vocab_size: int, batch: int, input_length: 
 
   As run by `decoding.decode_ids`: the encoder once; encoder-decoder keys and
   values once per item; then `steps` steps over `batch * beam_size` rows, each
-  attending to the whole fixed-size self-attention buffer of `steps` positions
-  (unwritten positions are masked, not skipped) and to the input.
+  attending to the input and to its item's whole fixed-size self-attention
+  buffer of `steps * beam_size` positions (the beams of an item share it;
+  positions of other beams and unwritten ones are masked, not skipped).
   """
   d, f, kc, vc = hp.hidden_size, hp.filter_size, hp.key_channels, hp.value_channels
   src, rows = batch * input_length, batch * beam_size
@@ -48,7 +49,7 @@ def decode_flops(hp: HParams, target_vocab_size: int, batch: int, input_length: 
                                        input_length * (kc + vc))
   encdec_kv = hp.decoder_layers * src * (d * kc + d * vc)
   per_row_step = hp.decoder_layers * (
-      2 * d * kc + 2 * d * vc + steps * (kc + vc)               # self-attention
+      2 * d * kc + 2 * d * vc + steps * beam_size * (kc + vc)   # self-attention
       + d * kc + vc * d + input_length * (kc + vc)               # enc-dec q, output, scores
       + 2 * d * f) + d * target_vocab_size
   return 2.0 * (encoder + encdec_kv + rows * steps * per_row_step)

@@ -107,7 +107,7 @@ def test_forward_flops_hand_count():
 
 def test_decode_flops_equal_graph_matmuls_of_encode_and_steps():
   # decode_ids = encode + encoder-decoder keys/values once, then `steps` decode_steps
-  # over batch * beam rows whose enc-dec entries keep one row per item.
+  # over batch * beam rows; all buffers keep one row per item, the history one per beam.
   hp = create_hparams("transformer_base", HPARAMS[1])
   model = _model(hp)
   beam, steps = 3, 6
@@ -115,13 +115,11 @@ def test_decode_flops_equal_graph_matmuls_of_encode_and_steps():
 
   def prepare(inputs):
     encoder_output, bias = model.encode(inputs, training=False)
-    return model.init_cache(encoder_output, bias, steps)
+    return model.init_cache(encoder_output, bias, steps, beams=beam)
 
   once = _graph_matmul_flops(tf.function(prepare).get_concrete_function(inputs).graph)
   cache = prepare(inputs)
-  tile = lambda t: tf.repeat(t, beam, axis=0)
-  cache["layers"] = [dict(layer, k=tile(layer["k"]), v=tile(layer["v"]))
-                     for layer in cache["layers"]]
+  cache["history"] = tf.repeat(cache["history"], beam, axis=0)
   ids = tf.zeros([BATCH * beam], tf.int32)
   step_graph = tf.function(lambda ids, c: model.decode_step(ids, tf.constant(2), c)
                            ).get_concrete_function(ids, cache).graph
