@@ -25,10 +25,10 @@ Beam search may also carry `slot_states`: tensors (any shapes, fixed across
 steps) that it hands to the fn and takes back without reordering them when
 beams are reordered; the fn is then called `fn(ids, i, cache, slot_states)`
 and returns `(logits, cache, slot_states)`. A cached model keeps its
-key/value buffers there, append-only: beam slot `s` writes step `i` into its
-own block, and a small per-beam table in `cache` (reordered like every cache
-tensor) records which slot holds each earlier position of the hypothesis.
-Reordering that table replaces copying every buffer each step.
+key/value buffers there, append-only: at step `i` beam slot `s` writes its own
+entry of the item's buffers, and a small per-beam table in `cache` (reordered
+like every cache tensor) records which slot wrote each earlier position of
+the hypothesis. Reordering that table replaces copying every buffer each step.
 
 Semantics follow T2T's `utils/beam_search.py` (GNMT length penalty, alive and
 finished sets, 2 * beam candidates per step). Differences, all improvements:
@@ -305,8 +305,8 @@ def _beam_step(symbols_to_logits_fn, state: _BeamState, beam_size: int,
                vocab_size: int, alpha: float, eos_id: int) -> _BeamState:
   """One T2T beam-search step: grow_topk, grow_alive, grow_finished."""
   (topk_seq, topk_log_probs, topk_scores, topk_beam, topk_ids,
-   new_states, slot_states) = _grow_topk(symbols_to_logits_fn, state, beam_size,
-                            vocab_size, alpha)
+   new_states, slot_states) = _grow_topk(symbols_to_logits_fn, state,
+                                         beam_size, vocab_size, alpha)
   topk_is_eos = tf.equal(topk_ids, eos_id)  # [batch, 2*beam]
   # Children of the -INF placeholder beams are not real hypotheses.
   topk_finished = tf.logical_and(topk_is_eos, topk_log_probs > -INF / 2)
