@@ -63,8 +63,7 @@ def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True,
                         zip(slots["layers"], static["layers"])]}
     logits, state = model.decode_step(ids[:, i], i, state)
     logits = _force_eos_at_cap(logits, i, cache["cap"])
-    slots = {"layers": [{"k": layer["k"], "v": layer["v"]} for layer in state["layers"]]}
-    return logits, dict(cache, history=state["history"]), slots
+    return logits, dict(cache, history=state["history"]), _slot_buffers(state)
 
   def uncached(ids, i, cache):
     fixed = cache if static is None else static
@@ -77,6 +76,11 @@ def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True,
   if not use_cache:
     return uncached
   return cached if static is None else cached_beams
+
+
+def _slot_buffers(cache: Dict) -> Dict:
+  """The self-attention buffers of a decoding cache: beam search's `slot_states`."""
+  return {"layers": [{"k": layer["k"], "v": layer["v"]} for layer in cache["layers"]]}
 
 
 def split_cache(cache: Dict, beam_size: int) -> Tuple[Dict, Dict, Optional[Dict]]:
@@ -100,8 +104,7 @@ def split_cache(cache: Dict, beam_size: int) -> Tuple[Dict, Dict, Optional[Dict]
   static = {"encdec_bias": cache["encdec_bias"],
             "layers": [{"k_encdec": layer["k_encdec"], "v_encdec": layer["v_encdec"]}
                        for layer in cache["layers"]]}
-  slots = {"layers": [{"k": layer["k"], "v": layer["v"]} for layer in cache["layers"]]}
-  return {"cap": cache["cap"], "history": cache["history"]}, static, slots
+  return {"cap": cache["cap"], "history": cache["history"]}, static, _slot_buffers(cache)
 
 
 def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
