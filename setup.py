@@ -33,6 +33,9 @@ setup(
         "tensorboard>=2.20",
         # TF Serving's PredictionLog (warm-up requests) and gRPC client stubs.
         "tensorflow-serving-api==2.21.*",
+        # Moses' punctuation normaliser and tokenizer for the paper's tokenized BLEU
+        # (T2T's get_ende_bleu.sh), maintained in Python.
+        "sacremoses>=0.1,<0.3",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100"],
