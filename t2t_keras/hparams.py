@@ -29,6 +29,17 @@ from typing import Any, Callable, Dict, List
 
 _PREPOST_CHARS = set("adnz")
 POS_CHOICES = ("timing", "timing_paper", "emb", "none")
+# T2T `utils/optimize.py:get_variable_initializer` names ("" is TF's default,
+# Glorot uniform); built by `layers/initializers.py`.
+INITIALIZERS = ("uniform_unit_scaling", "normal_unit_scaling", "uniform", "orthogonal",
+                "xavier", "")
+# Factors of `learning_rate_schedule` strings (T2T `utils/learning_rate.py`).
+LEARNING_RATE_FACTORS = ("constant", "linear_warmup", "rsqrt_decay", "rsqrt_normalized_decay",
+                         "rsqrt_hidden_size", "linear_decay", "cosdecay",
+                         "single_cycle_cos_decay", "exp_decay", "legacy")
+# `learning_rate_decay_scheme` values of the legacy schedule. T2T's "piecewise"
+# reads `learning_rate_boundaries` / `learning_rate_multiples`, fields not kept here.
+LEGACY_DECAY_SCHEMES = ("noam", "none", "exp", "cosine", "cyclelinear10x", "sqrt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +72,10 @@ class HParams:
   shared_embedding_and_softmax_weights: bool = True
   shared_embedding: bool = False
   multiply_embedding_mode: str = "sqrt_depth"
-  symbol_modality_num_shards: int = 16  # Checkpoint layout only in T2T; one matrix here.
+  # T2T split the embedding variable into this many `weights_%d` shards: a
+  # checkpoint layout only (same values). One matrix here; read by the T2T
+  # checkpoint importer (`t2t_import.py`) to find the shards.
+  symbol_modality_num_shards: int = 16
   use_target_space_embedding: bool = True
   initializer: str = "uniform_unit_scaling"
   initializer_gain: float = 1.0
@@ -129,6 +143,13 @@ class HParams:
     if self.multiply_embedding_mode not in ("sqrt_depth", "none"):
       raise ValueError("hparams.multiply_embedding_mode must be 'sqrt_depth' or 'none', "
                        f"got {self.multiply_embedding_mode!r}.")
+    if self.symbol_modality_num_shards < 1:
+      raise ValueError("hparams.symbol_modality_num_shards must be >= 1, got "
+                       f"{self.symbol_modality_num_shards!r}.")
+    if self.initializer not in INITIALIZERS:
+      raise ValueError(f"hparams.initializer: unknown initializer {self.initializer!r}; "
+                       f"supported (T2T's names): {', '.join(map(repr, INITIALIZERS))}.")
+    _check_learning_rate(self)
     if self.optimizer.lower() not in ("adam", "multistep_adam", "multistepadam", "true_adam",
                                       "lazy_adam"):
       raise ValueError("hparams.optimizer must be one of adam, multistep_adam, true_adam, "
@@ -177,6 +198,14 @@ class HParams:
     return cls(**values)
 
 
+# T2T decode hparams this project refuses to change: (name, supported value, why).
+_REFUSED_DECODE_HPARAMS = (
+    ("force_decode_length", False, "decoding stops once every hypothesis has emitted EOS"),
+    ("num_decodes", 1, "each input is decoded once"),
+    ("skip_eos_postprocess", False, "outputs are always cut at the first EOS"),
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodeHParams:
   """T2T's decode hparams (`--decode_hparams`), same names and defaults."""
@@ -185,17 +214,33 @@ class DecodeHParams:
   alpha: float = 0.6
   extra_length: int = 100
   batch_size: int = 0  # 0: 32 when decoding from a file, as in T2T.
-  return_beams: bool = False
-  write_beam_scores: bool = False
-  max_input_size: int = -1
-  num_samples: int = -1
-  delimiter: str = "\n"
-  force_decode_length: bool = False
-  num_decodes: int = 1
-  skip_eos_postprocess: bool = False
-  log_results: bool = True
+  return_beams: bool = False  # n-best output, tab-separated.
+  write_beam_scores: bool = False  # A score after each beam (needs return_beams).
+  max_input_size: int = -1  # > 0: truncate longer inputs (subword tokens).
+  num_samples: int = -1  # >= 1: decode only the first N examples of the dataset.
+  delimiter: str = "\n"  # Separates the inputs of --decode_from_file.
+  force_decode_length: bool = False  # Refused when true (not implemented).
+  num_decodes: int = 1  # Refused unless 1 (not implemented).
+  skip_eos_postprocess: bool = False  # Refused when true (not implemented).
+  log_results: bool = True  # Log each input and output ("Inference results ...").
 
   def __post_init__(self):
+    for name, supported, why in _REFUSED_DECODE_HPARAMS:
+      if getattr(self, name) != supported:
+        raise ValueError(f"decode_hparams.{name}={getattr(self, name)!r} is not implemented "
+                         f"({why}); only {name}={supported!r} is supported.")
+    if self.batch_size < 0:
+      raise ValueError("decode_hparams.batch_size must be >= 0 (0: 32 sentences per "
+                       f"batch from a file), got {self.batch_size}.")
+    if not self.delimiter:
+      raise ValueError("decode_hparams.delimiter must be a non-empty string (it separates "
+                       "the inputs of --decode_from_file), got ''.")
+    if self.num_samples == 0 or self.num_samples < -1:
+      raise ValueError("decode_hparams.num_samples must be -1 (all) or >= 1 (decode the "
+                       f"first N examples of the dataset), got {self.num_samples}.")
+    if self.write_beam_scores and not self.return_beams:
+      raise ValueError("decode_hparams.write_beam_scores=true needs return_beams=true "
+                       "(scores are written after each beam of the n-best list).")
     if self.beam_size < 1:
       raise ValueError(f"decode_hparams.beam_size must be >= 1, got {self.beam_size}.")
     if self.alpha < 0:
@@ -299,6 +344,35 @@ def _check_positive(hp: HParams, names) -> None:
     value = getattr(hp, name)
     if value <= 0:
       raise ValueError(f"hparams.{name} must be positive, got {value!r}.")
+
+
+def schedule_factors(schedule: str) -> List[str]:
+  """The factor names of a `learning_rate_schedule` string, as T2T splits it."""
+  return [name.strip() for name in schedule.split("*") if name.strip()]
+
+
+def _check_learning_rate(hp: HParams) -> None:
+  factors = schedule_factors(hp.learning_rate_schedule)
+  bad = [name for name in factors if name not in LEARNING_RATE_FACTORS]
+  if bad or not factors:
+    raise ValueError(
+        f"hparams.learning_rate_schedule={hp.learning_rate_schedule!r}: unknown factor "
+        f"{(bad or [''])[0]!r}; valid factors (joined by '*'): "
+        f"{', '.join(LEARNING_RATE_FACTORS)}.")
+  if "legacy" in factors and hp.learning_rate_decay_scheme not in LEGACY_DECAY_SCHEMES:
+    raise ValueError(
+        "hparams.learning_rate_decay_scheme: the legacy schedule implements "
+        f"{', '.join(LEGACY_DECAY_SCHEMES)}; got {hp.learning_rate_decay_scheme!r}.")
+  if hp.learning_rate_warmup_steps < 0:
+    raise ValueError("hparams.learning_rate_warmup_steps must be >= 0, got "
+                     f"{hp.learning_rate_warmup_steps!r}.")
+  divisors = {"linear_warmup", "rsqrt_decay", "rsqrt_normalized_decay"} & set(factors)
+  if "legacy" in factors and hp.learning_rate_decay_scheme in ("noam", "cyclelinear10x"):
+    divisors.add(f"legacy {hp.learning_rate_decay_scheme}")
+  if hp.learning_rate_warmup_steps == 0 and divisors:
+    raise ValueError("hparams.learning_rate_warmup_steps must be > 0 with "
+                     f"{', '.join(sorted(divisors))} (it divides by it), got 0.")
+  _check_positive(hp, ("learning_rate_decay_steps", "learning_rate_cosine_cycle_steps"))
 
 
 def _check_sequence(name: str, sequence: str, allowed: set) -> None:

@@ -17,8 +17,9 @@ import tensorflow as tf
 from t2t_keras.hparams import HParams
 from t2t_keras.layers.attention import (attention_bias_ignore_padding,
                                         attention_bias_lower_triangle,
-                                        large_compatible_negative, glorot_uniform)
+                                        large_compatible_negative)
 from t2t_keras.layers.embedding import PositionEmbedding, SymbolModality
+from t2t_keras.layers.initializers import get_variable_initializer
 from t2t_keras.layers.transformer_layers import TransformerDecoder, TransformerEncoder
 
 Cache = Dict[str, Any]
@@ -74,8 +75,10 @@ class Transformer(keras.Model):
       self.target_modality = (self.input_modality if hp.shared_embedding else
                               modality(self.target_vocab_size, "target_emb"))
       self.softmax = modality(self.target_vocab_size, "softmax")
+    # T2T created it without an initializer: the model-wide `hp.initializer` applies.
     self.target_space_embedding = keras.layers.Embedding(
-        32, hp.hidden_size, embeddings_initializer=glorot_uniform(),
+        32, hp.hidden_size,
+        embeddings_initializer=get_variable_initializer(hp.initializer, hp.initializer_gain),
         name="target_space_embedding", dtype=self.dtype_policy)
     position = lambda name: PositionEmbedding(hp.pos, hp.max_length, hp.min_timescale,
                                               hp.max_timescale, name=name,

@@ -7,14 +7,16 @@ import math
 import keras
 import tensorflow as tf
 
-from t2t_keras.hparams import HParams
+from t2t_keras.hparams import (LEARNING_RATE_FACTORS, LEGACY_DECAY_SCHEMES, HParams,
+                               schedule_factors)
 
-FACTORS = ("constant", "linear_warmup", "rsqrt_decay", "rsqrt_normalized_decay",
-           "rsqrt_hidden_size", "linear_decay", "cosdecay", "legacy")
+FACTORS = LEARNING_RATE_FACTORS
 
 
 def _factor(name: str, step: tf.Tensor, hp: HParams, train_steps: int) -> tf.Tensor:
+  """One factor of T2T's `learning_rate_factor` at global step `step` (float32)."""
   warmup = float(hp.learning_rate_warmup_steps)
+  decay_steps = float(hp.learning_rate_decay_steps)
   if name == "constant":
     return tf.constant(hp.learning_rate_constant, tf.float32)
   if name == "linear_warmup":
@@ -26,11 +28,15 @@ def _factor(name: str, step: tf.Tensor, hp: HParams, train_steps: int) -> tf.Ten
   if name == "rsqrt_hidden_size":
     return tf.constant(hp.hidden_size ** -0.5, tf.float32)
   if name == "linear_decay":
-    remaining = (train_steps - step) / float(hp.learning_rate_decay_steps)
-    return tf.minimum(1.0, tf.maximum(0.0, remaining))
-  if name == "cosdecay":
-    progress = tf.minimum(1.0, tf.maximum(0.0, step - warmup) / max(train_steps - warmup, 1))
-    return 0.5 * (1.0 + tf.cos(math.pi * progress))
+    return tf.minimum(1.0, tf.maximum(0.0, (train_steps - step) / decay_steps))
+  if name == "cosdecay":  # 1 up to the end of warmup, then cos over decay_steps from step 0.
+    decayed = 0.5 * (1.0 + tf.cos(math.pi * step / decay_steps))
+    return tf.where(step <= warmup, 1.0, decayed)
+  if name == "single_cycle_cos_decay":  # From 1 at the end of warmup to 0 decay_steps later.
+    return 0.5 + 0.5 * tf.cos(math.pi * (tf.maximum(step, warmup) - warmup) / decay_steps)
+  if name == "exp_decay":  # T2T's learning_rate_decay_staircase=False.
+    progress = tf.maximum(0.0, (step - warmup) / decay_steps)
+    return tf.pow(tf.constant(hp.learning_rate_decay_rate, tf.float32), progress)
   if name == "legacy":
     return legacy_learning_rate(step, hp)
   raise ValueError(f"Unknown learning_rate_schedule factor {name!r}; valid factors: "
@@ -38,20 +44,53 @@ def _factor(name: str, step: tf.Tensor, hp: HParams, train_steps: int) -> tf.Ten
 
 
 def legacy_learning_rate(step: tf.Tensor, hp: HParams) -> tf.Tensor:
-  """T2T's legacy schedule; only the "noam" scheme (the paper's formula).
+  """T2T's `legacy_learning_rate_schedule` at global step `step`.
 
-  noam: 5000 * hidden^-0.5 * min((s+1) * warmup^-1.5, (s+1)^-0.5), times Adam's
-  correction 0.002 and `learning_rate`: with learning_rate 0.1 this is exactly the
-  paper's d^-0.5 * min(n^-0.5, n * warmup^-1.5) with n = s + 1.
+  noam: 5000 * hidden^-0.5 * min((s+1) * warmup^-1.5, (s+1)^-0.5): with
+  learning_rate 0.1 this is exactly the paper's d^-0.5 * min(n^-0.5, n * warmup^-1.5)
+  with n = s + 1. Every other scheme warms up exponentially from 1% over
+  `learning_rate_warmup_steps` w (0.01^((w - s) / w) while s < w) and then decays:
+    none: 1;  exp: decay_rate^((s - w) / decay_steps);  sqrt: 500 / sqrt(max(s - w, 1));
+    cosine: 0.5 * (1 + cos(pi * c / C)), c = C - |C - s mod 2C|, C = cosine_cycle_steps
+      (down to 0 over C steps, back up over the next C);
+    cyclelinear10x: 3 * (1.1 - |s mod 2w - w| / w), from 0.3 to 3.3 and back every 2w.
+  The result is multiplied by Adam's correction 0.002 and `learning_rate`.
   """
-  if hp.learning_rate_decay_scheme != "noam":
-    raise ValueError("learning_rate_schedule='legacy' is implemented for "
-                     "learning_rate_decay_scheme='noam' only, got "
-                     f"{hp.learning_rate_decay_scheme!r}.")
-  n = step + 1.0
+  scheme = hp.learning_rate_decay_scheme
+  if scheme not in LEGACY_DECAY_SCHEMES:
+    raise ValueError("learning_rate_decay_scheme: the legacy schedule implements "
+                     f"{', '.join(LEGACY_DECAY_SCHEMES)}; got {scheme!r}.")
   warmup = float(hp.learning_rate_warmup_steps)
-  noam = 5000.0 * hp.hidden_size ** -0.5 * tf.minimum(n * warmup ** -1.5, tf.math.rsqrt(n))
-  return noam * 0.002 * hp.learning_rate
+  if scheme == "noam":
+    n = step + 1.0
+    rate = 5000.0 * hp.hidden_size ** -0.5 * tf.minimum(n * warmup ** -1.5, tf.math.rsqrt(n))
+  else:
+    if warmup:
+      warmup_rate = tf.pow(0.01, (warmup - step) / warmup)
+    else:
+      warmup_rate = tf.constant(1.0)
+    rate = tf.where(step < warmup, warmup_rate, _legacy_decay(scheme, step, hp))
+  return rate * 0.002 * hp.learning_rate  # Every optimizer here is an Adam.
+
+
+def _legacy_decay(scheme: str, step: tf.Tensor, hp: HParams) -> tf.Tensor:
+  """T2T's `_learning_rate_decay` after warmup (legacy schedule)."""
+  warmup = float(hp.learning_rate_warmup_steps)
+  if scheme == "none":
+    return tf.ones_like(step)
+  if scheme == "exp":
+    return tf.pow(tf.constant(hp.learning_rate_decay_rate, tf.float32),
+                  (step - warmup) / float(hp.learning_rate_decay_steps))
+  if scheme == "sqrt":
+    return 500.0 / tf.sqrt(tf.maximum(step - warmup, 1.0))
+  if scheme == "cosine":
+    cycle = float(hp.learning_rate_cosine_cycle_steps)
+    position = cycle - tf.abs(cycle - tf.math.floormod(step, 2.0 * cycle))
+    return 0.5 * (1.0 + tf.cos(math.pi * position / cycle))
+  if scheme == "cyclelinear10x":
+    position = 1.0 - tf.abs((tf.math.floormod(step, 2.0 * warmup) - warmup) / warmup)
+    return (position + 0.1) * 3.0
+  raise ValueError(f"learning_rate_decay_scheme {scheme!r} has no decay.")
 
 
 class T2TLearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -64,7 +103,7 @@ class T2TLearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
   def __init__(self, hparams: HParams, train_steps: int = 250000):
     self.hparams = hparams
     self.train_steps = train_steps
-    self.factors = [f.strip() for f in hparams.learning_rate_schedule.split("*")]
+    self.factors = schedule_factors(hparams.learning_rate_schedule)
     for name in self.factors:
       if name not in FACTORS:
         raise ValueError(f"Unknown learning_rate_schedule factor {name!r} in "

@@ -54,10 +54,97 @@ def test_other_factors():
   assert float(T2TLearningRateSchedule(hp)(400)) == pytest.approx(math.sqrt(100 / 400))
 
 
-def test_unknown_factor_is_a_clear_error():
-  hp = create_hparams("transformer_tiny", "learning_rate_schedule=constant*cosine_magic")
-  with pytest.raises(ValueError, match="cosine_magic.*valid"):
-    T2TLearningRateSchedule(hp)
+@pytest.mark.parametrize("schedule", ["constant*cosine_magic", "constantt*linear_warmup", ""])
+def test_unknown_factor_is_refused_when_hparams_are_built(schedule):
+  with pytest.raises(ValueError, match="learning_rate_schedule.*valid factors.*linear_warmup"):
+    create_hparams("transformer_tiny", f"learning_rate_schedule={schedule}")
+
+
+# T2T's legacy schedule (`utils/learning_rate.py:legacy_learning_rate_schedule`)
+# written out per scheme, step by step in plain Python: exponential warmup from
+# 1% over w steps, then the scheme's decay; times Adam's 0.002 and learning_rate.
+def _legacy_reference(scheme, s, w=100, lr=0.5, decay_rate=0.5, decay_steps=40, cycle=300):
+  if s < w:
+    rate = 0.01 ** ((w - s) / w)
+  elif scheme == "none":
+    rate = 1.0
+  elif scheme == "exp":
+    rate = decay_rate ** ((s - w) / decay_steps)
+  elif scheme == "sqrt":
+    rate = 500.0 / math.sqrt(max(s - w, 1))
+  elif scheme == "cosine":
+    position = s % (2 * cycle)
+    if position > cycle:  # Back up during the second half of each 2C period.
+      position = 2 * cycle - position
+    rate = (1 + math.cos(math.pi * position / cycle)) / 2
+  elif scheme == "cyclelinear10x":
+    fraction = (s % (2 * w)) / w  # 0..2: up to 3.3 at w, down to 0.3 at 2w.
+    rate = 0.3 + 3.0 * (fraction if fraction <= 1 else 2 - fraction)
+  return rate * 0.002 * lr
+
+
+@pytest.mark.parametrize("scheme", ["none", "exp", "sqrt", "cosine", "cyclelinear10x"])
+def test_legacy_schemes_match_t2t(scheme):
+  hp = create_hparams("transformer_tiny", f"learning_rate_schedule=legacy,"
+                      f"learning_rate_decay_scheme={scheme},learning_rate_warmup_steps=100,"
+                      "learning_rate=0.5,learning_rate_decay_rate=0.5,"
+                      "learning_rate_decay_steps=40,learning_rate_cosine_cycle_steps=300")
+  schedule = T2TLearningRateSchedule(hp)
+  steps = [0, 50, 99, 100, 101, 140, 250, 300, 400, 450, 700, 1000]
+  got = [float(schedule(s)) for s in steps]
+  want = [_legacy_reference(scheme, s) for s in steps]
+  np.testing.assert_allclose(got, want, rtol=2e-5)
+
+
+def test_legacy_hand_values():
+  hp = create_hparams("transformer_tiny", "learning_rate_schedule=legacy,"
+                      "learning_rate_decay_scheme=exp,learning_rate_warmup_steps=100,"
+                      "learning_rate=1.0,learning_rate_decay_rate=0.5,"
+                      "learning_rate_decay_steps=40")
+  schedule = T2TLearningRateSchedule(hp)
+  assert float(schedule(0)) == pytest.approx(0.01 * 0.002)  # Warmup starts at 1%.
+  assert float(schedule(50)) == pytest.approx(0.1 * 0.002)  # Half way: 10%.
+  assert float(schedule(180)) == pytest.approx(0.25 * 0.002)  # Two decay periods.
+  cosine = T2TLearningRateSchedule(hp.replace(learning_rate_decay_scheme="cosine",
+                                              learning_rate_cosine_cycle_steps=1000))
+  assert float(cosine(500)) == pytest.approx(0.5 * 0.002)
+  assert float(cosine(1000)) == pytest.approx(0.0, abs=1e-9)
+  assert float(cosine(2000)) == pytest.approx(0.002)
+
+
+@pytest.mark.parametrize("scheme", ["piecewise", "exp10k", "noamm"])
+def test_unimplemented_legacy_schemes_are_refused(scheme):
+  with pytest.raises(ValueError, match=f"learning_rate_decay_scheme.*noam.*{scheme}"):
+    create_hparams("transformer_base_v1", f"learning_rate_decay_scheme={scheme}")
+  # A scheme the schedule never reads is not checked (as in T2T).
+  create_hparams("transformer_base", f"learning_rate_decay_scheme={scheme}")
+
+
+def test_decay_factors_match_t2t():
+  hp = create_hparams("transformer_tiny", "learning_rate_warmup_steps=100,"
+                      "learning_rate_decay_steps=400,learning_rate_decay_rate=0.1")
+  at = lambda schedule, step: float(T2TLearningRateSchedule(
+      hp.replace(learning_rate_schedule=schedule))(step))
+  # exp_decay: rate^max(0, (s - w) / decay_steps).
+  assert at("exp_decay", 50) == pytest.approx(1.0)
+  assert at("exp_decay", 300) == pytest.approx(0.1 ** 0.5)
+  assert at("exp_decay", 900) == pytest.approx(0.01)
+  # cosdecay (OpenAI GPT): 1 through warmup, then 0.5 * (1 + cos(pi * s / decay_steps)).
+  assert at("cosdecay", 100) == pytest.approx(1.0)
+  assert at("cosdecay", 200) == pytest.approx(0.5)
+  assert at("cosdecay", 400) == pytest.approx(0.0, abs=1e-7)
+  # single_cycle_cos_decay: 1 at the end of warmup, 0 decay_steps later.
+  assert at("single_cycle_cos_decay", 30) == pytest.approx(1.0)
+  assert at("single_cycle_cos_decay", 300) == pytest.approx(0.5)
+  assert at("single_cycle_cos_decay", 500) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_zero_warmup_is_refused_where_it_divides():
+  with pytest.raises(ValueError, match="learning_rate_warmup_steps must be > 0.*linear_warmup"):
+    create_hparams("transformer_base", "learning_rate_warmup_steps=0")
+  hp = create_hparams("transformer_tiny", "learning_rate_schedule=legacy,"
+                      "learning_rate_decay_scheme=none,learning_rate_warmup_steps=0")
+  assert float(T2TLearningRateSchedule(hp)(0)) == pytest.approx(0.002 * hp.learning_rate)
 
 
 def test_adam_from_hparams():

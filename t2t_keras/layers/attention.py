@@ -13,6 +13,8 @@ from typing import Dict, Optional, Tuple
 import keras
 import tensorflow as tf
 
+from t2t_keras.layers.initializers import get_variable_initializer
+
 
 def large_compatible_negative(dtype: tf.DType) -> float:
   """A large negative that stays finite in `dtype` (T2T: -1e9; fp16: its min)."""
@@ -98,11 +100,6 @@ def _ungroup_rows(x: tf.Tensor, group) -> tf.Tensor:
   return tf.reshape(x, [shape[0] * group, shape[1], shape[2] // group, shape[3]])
 
 
-def glorot_uniform(seed=None):
-  # T2T's "uniform_unit_scaling" with gain 1.0 is variance_scaling(1, fan_avg, uniform).
-  return keras.initializers.VarianceScaling(1.0, "fan_avg", "uniform", seed=seed)
-
-
 class MultiHeadAttention(keras.layers.Layer):
   """T2T multi-head attention (`common_attention.multihead_attention`).
 
@@ -112,6 +109,8 @@ class MultiHeadAttention(keras.layers.Layer):
     output_depth: depth of the output projection (hidden_size).
     num_heads: number of heads; must divide both channel counts.
     attention_dropout: dropout rate on the attention weights.
+    initializer / initializer_gain: T2T's kernel initializer name and gain (see
+      `initializers.get_variable_initializer`).
 
   Call arguments:
     query_antecedent: `[batch, length_q, depth]`.
@@ -134,7 +133,9 @@ class MultiHeadAttention(keras.layers.Layer):
   """
 
   def __init__(self, key_channels: int, value_channels: int, output_depth: int,
-               num_heads: int, attention_dropout: float = 0.0, **kwargs):
+               num_heads: int, attention_dropout: float = 0.0,
+               initializer: str = "uniform_unit_scaling", initializer_gain: float = 1.0,
+               **kwargs):
     super().__init__(**kwargs)
     for name, value in (("key_channels", key_channels), ("value_channels", value_channels)):
       if value % num_heads:
@@ -144,11 +145,15 @@ class MultiHeadAttention(keras.layers.Layer):
     self.output_depth = output_depth
     self.num_heads = num_heads
     self.attention_dropout = attention_dropout
+    self.initializer = initializer
+    self.initializer_gain = initializer_gain
+    get_variable_initializer(initializer, initializer_gain)  # Validates the name.
 
   def build(self, query_antecedent_shape, memory_antecedent_shape=None):
     query_shape, memory_shape = query_antecedent_shape, memory_antecedent_shape
     dense = lambda units, name: keras.layers.Dense(
-        units, use_bias=False, kernel_initializer=glorot_uniform(), name=name,
+        units, use_bias=False, name=name,
+        kernel_initializer=get_variable_initializer(self.initializer, self.initializer_gain),
         dtype=self.dtype_policy)
     self.q = dense(self.key_channels, "q")
     self.k = dense(self.key_channels, "k")
@@ -224,5 +229,6 @@ class MultiHeadAttention(keras.layers.Layer):
     config = super().get_config()
     config.update(key_channels=self.key_channels, value_channels=self.value_channels,
                   output_depth=self.output_depth, num_heads=self.num_heads,
-                  attention_dropout=self.attention_dropout)
+                  attention_dropout=self.attention_dropout, initializer=self.initializer,
+                  initializer_gain=self.initializer_gain)
     return config

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import keras
 
-from t2t_keras.layers.attention import glorot_uniform
+from t2t_keras.layers.initializers import get_variable_initializer
 
 
 class DenseReluDense(keras.layers.Layer):
   """T2T `dense_relu_dense`: dense(filter, relu, bias) -> dropout -> dense(hidden, bias).
+
+  Kernels use T2T's `initializer` / `initializer_gain`; biases start at zero.
 
   Call arguments:
     x: `[batch, length, hidden_size]`.
@@ -17,18 +19,23 @@ class DenseReluDense(keras.layers.Layer):
   """
 
   def __init__(self, filter_size: int, output_size: int, relu_dropout: float = 0.0,
+               initializer: str = "uniform_unit_scaling", initializer_gain: float = 1.0,
                **kwargs):
     super().__init__(**kwargs)
     self.filter_size = filter_size
     self.output_size = output_size
     self.relu_dropout = relu_dropout
+    self.initializer = initializer
+    self.initializer_gain = initializer_gain
+    get_variable_initializer(initializer, initializer_gain)  # Validates the name.
 
   def build(self, input_shape):
     # Names follow T2T's historical "conv1"/"conv2".
+    kernel = lambda: get_variable_initializer(self.initializer, self.initializer_gain)
     self.conv1 = keras.layers.Dense(self.filter_size, activation="relu",
-                                    kernel_initializer=glorot_uniform(), name="conv1",
+                                    kernel_initializer=kernel(), name="conv1",
                                     dtype=self.dtype_policy)
-    self.conv2 = keras.layers.Dense(self.output_size, kernel_initializer=glorot_uniform(),
+    self.conv2 = keras.layers.Dense(self.output_size, kernel_initializer=kernel(),
                                     name="conv2", dtype=self.dtype_policy)
     self.conv1.build(input_shape)
     self.conv2.build(tuple(input_shape[:-1]) + (self.filter_size,))
@@ -43,7 +50,8 @@ class DenseReluDense(keras.layers.Layer):
   def get_config(self):
     config = super().get_config()
     config.update(filter_size=self.filter_size, output_size=self.output_size,
-                  relu_dropout=self.relu_dropout)
+                  relu_dropout=self.relu_dropout, initializer=self.initializer,
+                  initializer_gain=self.initializer_gain)
     return config
 
 

@@ -57,8 +57,13 @@ def _prepost_pair(hp: HParams, name: str, dtype_policy, input_shape):
 
 def _attention(hp: HParams, name: str, dtype_policy) -> MultiHeadAttention:
   return MultiHeadAttention(hp.key_channels, hp.value_channels, hp.hidden_size,
-                            hp.num_heads, hp.attention_dropout, name=name,
-                            dtype=dtype_policy)
+                            hp.num_heads, hp.attention_dropout, hp.initializer,
+                            hp.initializer_gain, name=name, dtype=dtype_policy)
+
+
+def _ffn(hp: HParams, dtype_policy) -> DenseReluDense:
+  return DenseReluDense(hp.filter_size, hp.hidden_size, hp.relu_dropout, hp.initializer,
+                        hp.initializer_gain, name="ffn", dtype=dtype_policy)
 
 
 class EncoderLayer(HParamsLayer):
@@ -74,8 +79,7 @@ class EncoderLayer(HParamsLayer):
     hp = self.hparams
     self.self_attention = _attention(hp, "self_attention", self.dtype_policy)
     self.self_attention.build(input_shape)
-    self.ffn = DenseReluDense(hp.filter_size, hp.hidden_size, hp.relu_dropout, name="ffn",
-                              dtype=self.dtype_policy)
+    self.ffn = _ffn(hp, self.dtype_policy)
     self.ffn.build(input_shape)
     self.pre, self.post = _prepost_pair(hp, "self_attention", self.dtype_policy, input_shape)
     self.ffn_pre, self.ffn_post = _prepost_pair(hp, "ffn", self.dtype_policy, input_shape)
@@ -108,8 +112,7 @@ class DecoderLayer(HParamsLayer):
     self.self_attention.build(input_shape)
     self.encdec_attention = _attention(hp, "encdec_attention", self.dtype_policy)
     self.encdec_attention.build(input_shape, input_shape)
-    self.ffn = DenseReluDense(hp.filter_size, hp.hidden_size, hp.relu_dropout, name="ffn",
-                              dtype=self.dtype_policy)
+    self.ffn = _ffn(hp, self.dtype_policy)
     self.ffn.build(input_shape)
     self.pre, self.post = _prepost_pair(hp, "self_attention", self.dtype_policy, input_shape)
     self.encdec_pre, self.encdec_post = _prepost_pair(hp, "encdec_attention",
