@@ -31,7 +31,14 @@ like every cache tensor) records which slot wrote each earlier position of
 the hypothesis. Reordering that table replaces copying every buffer each step.
 
 Semantics follow T2T's `utils/beam_search.py` (GNMT length penalty, alive and
-finished sets, 2 * beam candidates per step). Differences, all improvements:
+finished sets, 2 * beam candidates per step). Each batch item may have its own
+maximum length (`decode_lengths`); an item stops at it, or when its own
+early-stopping bound is met, and then keeps its state while the others go on,
+so every item gets exactly T2T's result for it decoded alone with that
+decode_length. Nothing is forced at the last step: an item where no
+hypothesis emitted EOS returns its alive beams without EOS and with raw
+log-probs (as T2T); greedy and sampling rows stop there without EOS.
+Differences, all improvements:
 sequences live in fixed `[.., decode_length + 1]` buffers (XLA friendly);
 n-best output keeps early stopping (`top_beams`, see `beam_search_with_info`);
 cache tensors are gathered once per step instead of twice. When
@@ -302,8 +309,13 @@ def _grow_finished(state: _BeamState, topk_seq, topk_scores, topk_finished,
 
 
 def _beam_step(symbols_to_logits_fn, state: _BeamState, beam_size: int,
-               vocab_size: int, alpha: float, eos_id: int) -> _BeamState:
-  """One T2T beam-search step: grow_topk, grow_alive, grow_finished."""
+               vocab_size: int, alpha: float, eos_id: int,
+               active: tf.Tensor) -> _BeamState:
+  """One T2T beam-search step: grow_topk, grow_alive, grow_finished.
+
+  Only the items where `active` `[batch]` is True take the step; the others
+  keep their state (the fn still runs on their rows, shapes being fixed).
+  """
   (topk_seq, topk_log_probs, topk_scores, topk_beam, topk_ids,
    new_states, slot_states) = _grow_topk(symbols_to_logits_fn, state,
                                          beam_size, vocab_size, alpha)
@@ -315,32 +327,68 @@ def _beam_step(symbols_to_logits_fn, state: _BeamState, beam_size: int,
       new_states, beam_size)
   finished_seq, finished_scores, finished_flags = _grow_finished(
       state, topk_seq, topk_scores, topk_finished, beam_size)
-  return _BeamState(state.i + 1, alive_seq, alive_log_probs, finished_seq,
-                    finished_scores, finished_flags, states, slot_states)
+  new = _BeamState(state.i + 1, alive_seq, alive_log_probs, finished_seq,
+                   finished_scores, finished_flags, states, slot_states)
+  return _keep_inactive(new, state, active, beam_size)
 
 
-def _keep_going(state: _BeamState, decode_length: IntOrTensor, alpha: float,
-                stop_early: bool, top_beams: int) -> tf.Tensor:
-  """Loop condition: steps remain and the top_beams are not yet settled.
+def _select_rows(rows: tf.Tensor, new: tf.Tensor, old: tf.Tensor) -> tf.Tensor:
+  """`new` where `rows` `[n]` is True, else `old`; tensors `[n, ...]`."""
+  mask = tf.reshape(rows, tf.concat(
+      [tf.shape(rows), tf.ones([tf.rank(new) - 1], tf.int32)], 0))
+  return tf.where(mask, new, old)
 
-  A batch item is settled once its top_beams-th best finished hypothesis
-  beats the best score any alive beam could still reach: its log-prob (which
-  can only fall) over the largest length penalty still ahead. With
-  top_beams=1 this is T2T's stop_early criterion; with more it is exact for
-  the whole n-best list, per batch item.
+
+def _keep_inactive(new: _BeamState, old: _BeamState, active: tf.Tensor,
+                   beam_size: int) -> _BeamState:
+  """`new` for active items, `old` for the others; `new` step and slots.
+
+  A stopped item keeps its cache rows too, so the final cache is the one
+  after its own last step. Slot states are not restored: a stopped item's
+  fn calls write only buffer positions past its last step.
   """
-  steps_left = state.i < decode_length
+  fields = [_select_rows(active, n, o) for n, o in zip(new[1:6], old[1:6])]
+  flat_active = tf.repeat(active, beam_size)  # [batch * beam], item-major
+  states = tf.nest.map_structure(
+      lambda n, o: _select_rows(flat_active, n, o), new.states, old.states)
+  return _BeamState(new.i, *fields, states, new.slot_states)
+
+
+def _active_items(state: _BeamState, decode_lengths: tf.Tensor, alpha: float,
+                  stop_early: bool, top_beams: int) -> tf.Tensor:
+  """`[batch]` bool: the items that take another step.
+
+  T2T's `_is_not_finished` for each item alone: an item stops at its own
+  decode length or, with stop_early, once its top_beams-th best finished
+  hypothesis beats the best score any alive beam could still reach: its
+  log-prob (which can only fall) over the item's largest length penalty
+  `((5 + decode_length) / 6) ** alpha`. top_beams=1 is T2T's stop_early
+  criterion (best finished score); top_beams=beam_size is T2T's criterion
+  for n-best output (worst of the beam finished slots; an empty slot never
+  beats an alive beam).
+  """
+  steps_left = state.i < decode_lengths  # [batch]
   if not stop_early:
     return steps_left
-  # alpha >= 0 makes this T2T's ((5 + decode_length) / 6) ** alpha.
-  max_penalty = tf.maximum(length_penalty(state.i + 1, alpha),
-                           length_penalty(decode_length, alpha))
+  max_penalty = length_penalty(decode_lengths, alpha)  # [batch]
   best_alive_bound = state.alive_log_probs[:, 0] / max_penalty  # [batch]
   settled = tf.logical_and(
       state.finished_flags[:, top_beams - 1],
       state.finished_scores[:, top_beams - 1] > best_alive_bound)  # [batch]
-  return tf.logical_and(steps_left,
-                        tf.logical_not(tf.reduce_all(settled)))
+  return tf.logical_and(steps_left, tf.logical_not(settled))
+
+
+def _item_decode_lengths(decode_lengths, decode_length: IntOrTensor,
+                         batch_size: tf.Tensor) -> tf.Tensor:
+  """`[batch]` int32 per-item lengths, capped at decode_length."""
+  if decode_lengths is None:
+    return tf.fill([batch_size], tf.cast(decode_length, tf.int32))
+  decode_lengths = tf.convert_to_tensor(decode_lengths)
+  if decode_lengths.shape.rank != 1:
+    raise ValueError("decode_lengths must have shape [batch], got shape "
+                     f"{decode_lengths.shape}.")
+  return tf.minimum(tf.cast(decode_lengths, tf.int32),
+                    tf.cast(decode_length, tf.int32))
 
 
 def _initial_beam_state(initial_ids, beam_size: int,
@@ -384,27 +432,39 @@ def beam_search_with_info(symbols_to_logits_fn: SymbolsToLogitsFn,
                           eos_id: int = EOS_ID,
                           stop_early: bool = True,
                           top_beams: int = 1,
-                          slot_states: Cache = None) -> BeamSearchOutput:
+                          slot_states: Cache = None,
+                          decode_lengths: tf.Tensor = None) -> BeamSearchOutput:
   """T2T beam search returning ids, scores, final cache and steps run.
+
+  Each batch item gets exactly the result T2T's `beam_search` gives for it
+  decoded alone with `decode_length` = its own `decode_lengths` entry: it
+  takes steps until that length or until its early-stopping bound is met,
+  then keeps its state while the other items go on. At its length nothing is
+  forced: a hypothesis ends only on the model's own EOS, and an item where
+  none did returns its alive beams (no EOS) with their raw log-probs.
 
   Args:
     symbols_to_logits_fn: see the module docstring.
     initial_ids: `[batch]` int, the first id of every hypothesis (T2T: 0).
     beam_size: beams kept per batch item.
-    decode_length: int (or scalar int32 tensor, not under XLA) max steps.
+    decode_length: int (or scalar int32 tensor, not under XLA): the id
+      buffer size and the maximum steps of every item.
     vocab_size: last dim of the logits.
     alpha: length-penalty exponent, `((5 + len) / 6) ** alpha`.
     states: nested dict of tensors `[batch, ...]`; tiled to
       `[batch * beam_size, ...]` and handed to `symbols_to_logits_fn`.
     eos_id: id that ends a hypothesis.
-    stop_early: stop once the `top_beams` best are provably settled; if False,
-      run all `decode_length` steps.
+    stop_early: an item stops once its `top_beams` best are provably settled;
+      if False, every item runs to its decode length.
     top_beams: how many of the returned beams the caller will use. 1 gives
-      T2T's criterion; `beam_size` keeps early stopping exact for the whole
-      n-best list (T2T instead disabled stopping for n-best output).
+      T2T's stop_early criterion; `beam_size` gives T2T's criterion for
+      n-best output (its `stop_early=False`), exact for the whole n-best list.
     slot_states: optional nested dict of tensors that are not reordered with
       the beams; given one, the fn takes and returns it (see the module
       docstring).
+    decode_lengths: optional `[batch]` int, each item's own maximum steps
+      (T2T's decode_length for that item; values above `decode_length` act
+      as `decode_length`). Default: `decode_length` for every item.
 
   Returns:
     `BeamSearchOutput(ids [batch, beam, decode_length + 1],
@@ -417,11 +477,14 @@ def beam_search_with_info(symbols_to_logits_fn: SymbolsToLogitsFn,
         *three_argument_fn(ids, i, cache), slots)
   state = _initial_beam_state(initial_ids, beam_size, decode_length, states,
                               slot_states)
+  lengths = _item_decode_lengths(decode_lengths, decode_length,
+                                 tf.shape(state.alive_seq)[0])
+  active = lambda s: _active_items(s, lengths, alpha, stop_early, top_beams)
   state = tf.while_loop(
-      lambda *s: _keep_going(_BeamState(*s), decode_length, alpha,
-                             stop_early, top_beams),
+      lambda *s: tf.reduce_any(active(_BeamState(*s))),
       lambda *s: tuple(_beam_step(symbols_to_logits_fn, _BeamState(*s),
-                                  beam_size, vocab_size, alpha, eos_id)),
+                                  beam_size, vocab_size, alpha, eos_id,
+                                  active(_BeamState(*s)))),
       tuple(state))
   state = _BeamState(*state)
   # Items where nothing finished fall back to alive beams and raw log-probs.
@@ -444,7 +507,8 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn,
                 eos_id: int = EOS_ID,
                 stop_early: bool = True,
                 top_beams: int = 1,
-                slot_states: Cache = None) -> tuple:
+                slot_states: Cache = None,
+                decode_lengths: tf.Tensor = None) -> tuple:
   """T2T beam search; arguments as in `beam_search_with_info`.
 
   Returns:
@@ -453,7 +517,8 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn,
   """
   out = beam_search_with_info(symbols_to_logits_fn, initial_ids, beam_size,
                               decode_length, vocab_size, alpha, states,
-                              eos_id, stop_early, top_beams, slot_states)
+                              eos_id, stop_early, top_beams, slot_states,
+                              decode_lengths)
   return out.ids, out.scores
 
 
@@ -496,27 +561,32 @@ def sample_with_temperature(logits: tf.Tensor, temperature: float,
 
 
 def _sampling_loop(symbols_to_logits_fn, initial_ids, decode_length,
-                   eos_id, states, choose_fn):
-  """Shared greedy/sampling loop; `choose_fn(logits [b, V], i) -> [b]`."""
+                   eos_id, states, choose_fn, decode_lengths=None):
+  """Shared greedy/sampling loop; `choose_fn(logits [b, V], i) -> [b]`.
+
+  A row takes a step while it has not emitted EOS and `i` is below its own
+  decode length; at that length it stops without EOS (T2T's greedy loop).
+  """
   _check_decode_length(decode_length)
   ids = _init_id_buffer(initial_ids, decode_length)  # [batch, L+1]
   batch_size = tf.shape(ids)[0]
+  lengths = _item_decode_lengths(decode_lengths, decode_length, batch_size)
 
-  def body(i, ids, log_prob, finished, cache):
+  def body(i, ids, log_prob, hit_eos, cache):
+    active = tf.logical_and(tf.logical_not(hit_eos), i < lengths)  # [batch]
     logits, cache = symbols_to_logits_fn(ids, i, cache)
     logits = _check_logits(logits, None)  # [batch, V]
     next_id = choose_fn(logits, i)  # [batch]
     token_log_prob = tf.gather(tf.nn.log_softmax(logits), next_id,
                                batch_dims=1)  # [batch]
     # Count log-probs up to and including the first EOS, pad after it.
-    log_prob += tf.where(finished, 0.0, token_log_prob)
-    next_id = tf.where(finished, 0, next_id)
-    finished = tf.logical_or(finished, tf.equal(next_id, eos_id))
-    return i + 1, _write_column(ids, i + 1, next_id), log_prob, finished, cache
+    log_prob += tf.where(active, token_log_prob, 0.0)
+    next_id = tf.where(active, next_id, 0)
+    hit_eos = tf.logical_or(hit_eos, tf.equal(next_id, eos_id))
+    return i + 1, _write_column(ids, i + 1, next_id), log_prob, hit_eos, cache
 
-  def cond(i, unused_ids, unused_log_prob, finished, unused_cache):
-    return tf.logical_and(i < decode_length,
-                          tf.logical_not(tf.reduce_all(finished)))
+  def cond(i, unused_ids, unused_log_prob, hit_eos, unused_cache):
+    return tf.reduce_any(tf.logical_and(tf.logical_not(hit_eos), i < lengths))
 
   _, ids, log_prob, _, _ = tf.while_loop(
       cond, body,
@@ -529,24 +599,29 @@ def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn,
                   initial_ids: tf.Tensor,
                   decode_length: IntOrTensor,
                   eos_id: int = EOS_ID,
-                  states: Cache = None) -> tuple:
+                  states: Cache = None,
+                  decode_lengths: tf.Tensor = None) -> tuple:
   """Argmax decoding (T2T `_fast_decode` with `sampling_method="argmax"`).
 
   Args:
     symbols_to_logits_fn: see the module docstring (here `n = batch`).
     initial_ids: `[batch]` int first ids.
-    decode_length: int (or scalar int32 tensor) max steps.
-    eos_id: id that ends a sequence; decoding stops when all rows hit it.
+    decode_length: int (or scalar int32 tensor): the id buffer size and the
+      maximum steps of every row.
+    eos_id: id that ends a sequence; decoding stops when all rows are done.
     states: nested dict of `[batch, ...]` tensors passed to the fn.
+    decode_lengths: optional `[batch]` int, each row's own maximum steps
+      (capped at `decode_length`); a row reaching it stops without EOS, as
+      T2T's greedy loop does at its decode_length.
 
   Returns:
     `(ids [batch, decode_length + 1] int32` incl. the leading initial id, 0
-    after the first EOS; `scores [batch]` float32 = sum of log-probs up to and
-    including the first EOS).
+    after the first EOS or the row's last step; `scores [batch]` float32 =
+    sum of log-probs up to and including the first EOS).
   """
   return _sampling_loop(
       symbols_to_logits_fn, initial_ids, decode_length, eos_id, states,
-      lambda logits, i: sample_with_temperature(logits, 0.0))
+      lambda logits, i: sample_with_temperature(logits, 0.0), decode_lengths)
 
 
 def sample(symbols_to_logits_fn: SymbolsToLogitsFn,
@@ -556,7 +631,8 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn,
            top_k: int = -1,
            seed: Union[int, Sequence[int]] = 0,
            eos_id: int = EOS_ID,
-           states: Cache = None) -> tuple:
+           states: Cache = None,
+           decode_lengths: tf.Tensor = None) -> tuple:
   """Sampling decode (T2T `sampling_method="random"`).
 
   Args:
@@ -565,8 +641,8 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn,
     seed: int or pair of ints; the same seed gives the same samples (step i
       uses the seed folded with i). TF's stateless RNG gives a different
       (equally reproducible) stream under `jit_compile=True`.
-    Other arguments and the return value as in `greedy_search`; scores sum
-    the untempered log-probs of the drawn ids.
+    Other arguments (incl. `decode_lengths`) and the return value as in
+    `greedy_search`; scores sum the untempered log-probs of the drawn ids.
   """
   if isinstance(temperature, bool) or not isinstance(
       temperature, (int, float)) or temperature < 0:
@@ -585,4 +661,4 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn,
                                    step_seed)
 
   return _sampling_loop(symbols_to_logits_fn, initial_ids, decode_length,
-                        eos_id, states, choose)
+                        eos_id, states, choose, decode_lengths)

@@ -6,9 +6,15 @@ for text files with T2T's `decode_from_file` behaviour (longest lines first,
 results in input order, one output line per input line).
 
 Maximum decode length: T2T uses `padded input length + extra_length` for the
-whole batch; here each sentence gets `its own input length + extra_length`
-(EOS is forced at that step), so a sentence decodes the same alone or in any
-batch. The paper used extra 50 (parsing 300); T2T's default is 100.
+whole batch, so a sentence's output depends on its batch. Here each sentence's
+cap is its own non-pad input length (EOS included) + extra_length, and it is
+exactly T2T's decode_length for that sentence decoded alone: no EOS is forced;
+at its cap the sentence stops growing; beam search returns the best finished
+hypothesis (length-normalised score) or, if none finished, the best alive one
+without EOS (raw log-prob); early stopping uses the sentence's own
+`((5 + cap) / 6) ** alpha`; greedy and sampling stop at the cap without EOS.
+So a sentence decodes the same alone or in any batch, and as T2T decodes it
+alone. The paper used extra 50 (parsing 300); T2T's default is 100.
 """
 
 from __future__ import annotations
@@ -23,19 +29,11 @@ from t2t_keras.hparams import DecodeHParams, HParams
 from t2t_keras.model import Transformer
 
 EOS_ID = 1
-_NEG = -1e9
 
 
 def _input_lengths(inputs: tf.Tensor) -> tf.Tensor:
   """Non-pad length of each row, EOS included: `[batch]` int32."""
   return tf.reduce_sum(tf.cast(tf.not_equal(inputs, 0), tf.int32), axis=1)
-
-
-def _force_eos_at_cap(logits: tf.Tensor, i: tf.Tensor, cap: tf.Tensor) -> tf.Tensor:
-  """Rows whose step `i` reached their cap can only emit EOS."""
-  at_cap = (i + 1 >= cap)[:, None]
-  eos_only = tf.where(tf.equal(tf.range(tf.shape(logits)[1]), EOS_ID), 0.0, _NEG)[None]
-  return tf.where(at_cap, eos_only + tf.zeros_like(logits), logits)
 
 
 def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True,
@@ -44,7 +42,7 @@ def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True,
 
   cached: `model.decode_step` on the last id with fixed-size key/value buffers.
   uncached: re-runs the decoder over the whole prefix each step (T2T's slow path),
-  reading only `cache["encoder_output"]`, `cache["encdec_bias"]`, `cache["cap"]`.
+  reading only `cache["encoder_output"]` and `cache["encdec_bias"]`.
 
   static: optional second output of `split_cache`: the tensors that never
   change and are the same for every beam of an item. They stay out of
@@ -54,15 +52,13 @@ def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True,
   buffers, as beam search's `slot_states`: fn(ids, i, cache, slots).
   """
   def cached(ids, i, cache):
-    logits, cache = model.decode_step(ids[:, i], i, cache)
-    return _force_eos_at_cap(logits, i, cache["cap"]), cache
+    return model.decode_step(ids[:, i], i, cache)
 
   def cached_beams(ids, i, cache, slots):
     state = {"encdec_bias": static["encdec_bias"], "history": cache["history"],
              "layers": [dict(own, **fixed) for own, fixed in
                         zip(slots["layers"], static["layers"])]}
     logits, state = model.decode_step(ids[:, i], i, state)
-    logits = _force_eos_at_cap(logits, i, cache["cap"])
     return logits, dict(cache, history=state["history"]), _slot_buffers(state)
 
   def uncached(ids, i, cache):
@@ -70,8 +66,7 @@ def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True,
     targets = ids[:, 1:]  # positions > i are still 0 and causally invisible at i
     logits = model.decode(targets, fixed["encoder_output"], fixed["encdec_bias"],
                           training=False)
-    logits = tf.gather(logits, i, axis=1)
-    return _force_eos_at_cap(logits, i, cache["cap"]), cache
+    return tf.gather(logits, i, axis=1), cache
 
   if not use_cache:
     return uncached
@@ -91,20 +86,21 @@ def split_cache(cache: Dict, beam_size: int) -> Tuple[Dict, Dict, Optional[Dict]
   (`model.init_cache(..., beams=beam_size)`): the encoder-decoder bias and
   keys/values keep one row per item (the beams of an item attend to them
   together, see `MultiHeadAttention`); the self-attention buffers are beam
-  search's `slot_states` (never reordered); the per-beam state is `cap` and
-  the small "history" table that beam search repeats and reorders. Uncached
-  path: the encoder output and bias are repeated to `[batch * beam_size, ...]`
-  once, in beam search's item-major row order, and there are no slot buffers.
+  search's `slot_states` (never reordered); the per-beam state is the small
+  "history" table that beam search repeats and reorders. Uncached path: the
+  encoder output and bias are repeated to `[batch * beam_size, ...]` once, in
+  beam search's item-major row order; the per-beam state is empty and there
+  are no slot buffers.
   """
   if "layers" not in cache:  # uncached
     tile = lambda t: tf.repeat(t, beam_size, axis=0)
     static = {"encoder_output": tile(cache["encoder_output"]),
               "encdec_bias": tile(cache["encdec_bias"])}
-    return {"cap": cache["cap"]}, static, None
+    return {}, static, None
   static = {"encdec_bias": cache["encdec_bias"],
             "layers": [{"k_encdec": layer["k_encdec"], "v_encdec": layer["v_encdec"]}
                        for layer in cache["layers"]]}
-  return {"cap": cache["cap"], "history": cache["history"]}, static, _slot_buffers(cache)
+  return {"history": cache["history"]}, static, _slot_buffers(cache)
 
 
 def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
@@ -116,12 +112,16 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
     inputs: `[batch, input_length]` int ids ending in EOS, 0-padded.
     decode_hp: beam_size, alpha, extra_length, return_beams.
     hparams: sampling_method / sampling_temp / sampling_keep_top_k for beam 1.
-    decode_length: static maximum steps (default input_length + extra_length).
+    decode_length: static output buffer length (default input_length +
+      extra_length); each sentence stops at min(its cap, decode_length), its
+      cap being its non-pad input length + extra_length.
 
   Returns:
     ids int32 `[batch, decode_length]` (or `[batch, beam, decode_length]` with
-    return_beams), 0-padded after EOS; scores float32 `[batch]` (or
-    `[batch, beam]`): length-normalised beam scores, or the summed log-prob for
+    return_beams), 0-padded after EOS or after the sentence's cap (an output
+    that reached its cap has no EOS); scores float32 `[batch]` (or
+    `[batch, beam]`): length-normalised scores of beams that ended in EOS, raw
+    log-probs where no beam of the sentence did, or the summed log-prob for
     greedy decoding (T2T's conventions).
   """
   inputs = tf.cast(inputs, tf.int32)
@@ -134,9 +134,8 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
   if use_cache:
     cache = model.init_cache(encoder_output, encdec_bias, decode_length,
                              beams=decode_hp.beam_size)
-    cache["cap"] = cap
   else:
-    cache = {"encoder_output": encoder_output, "encdec_bias": encdec_bias, "cap": cap}
+    cache = {"encoder_output": encoder_output, "encdec_bias": encdec_bias}
   initial = tf.zeros([tf.shape(inputs)[0]], tf.int32)
   if decode_hp.beam_size > 1:
     cache, static, slots = split_cache(cache, decode_hp.beam_size)
@@ -145,16 +144,17 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
     ids, scores = beam_search.beam_search(
         fn, initial, decode_hp.beam_size, decode_length, model.target_vocab_size,
         decode_hp.alpha, states=cache, eos_id=EOS_ID, stop_early=True, top_beams=top,
-        slot_states=slots)
+        slot_states=slots, decode_lengths=cap)
     ids = ids[:, :, 1:]
     return (ids, scores) if decode_hp.return_beams else (ids[:, 0], scores[:, 0])
   fn = make_symbols_to_logits_fn(model, use_cache)
   if hparams.sampling_method == "argmax":
-    ids, scores = beam_search.greedy_search(fn, initial, decode_length, EOS_ID, cache)
+    ids, scores = beam_search.greedy_search(fn, initial, decode_length, EOS_ID, cache,
+                                            decode_lengths=cap)
   else:
     ids, scores = beam_search.sample(fn, initial, decode_length, hparams.sampling_temp,
                                      hparams.sampling_keep_top_k, eos_id=EOS_ID,
-                                     states=cache)
+                                     states=cache, decode_lengths=cap)
   ids = ids[:, 1:]
   return (ids[:, None], scores[:, None]) if decode_hp.return_beams else (ids, scores)
 

@@ -59,9 +59,8 @@ def test_cached_logits_equal_recomputation_each_step():
   model, _ = _random_model()
   x = _inputs(np.random.default_rng(1), 30, [6, 4])
   enc, bias = model.encode(x)
-  cache = {"encoder_output": enc, "encdec_bias": bias, "cap": tf.constant([20, 20])}
+  cache = {"encoder_output": enc, "encdec_bias": bias}
   fast_cache = model.init_cache(enc, bias, 8)
-  fast_cache["cap"] = cache["cap"]
   ids = np.zeros([2, 9], np.int32)
   fast_fn = decoding.make_symbols_to_logits_fn(model, True)
   slow_fn = decoding.make_symbols_to_logits_fn(model, False)
@@ -108,9 +107,9 @@ def test_beam_one_equals_greedy():
   fn = decoding.make_symbols_to_logits_fn(model, True)
   enc, bias = model.encode(x)
   cache = model.init_cache(enc, bias, int(x.shape[1]) + 5)
-  cache["cap"] = decoding._input_lengths(x) + 5
   ids, scores = beam_search.beam_search(fn, tf.zeros([6], tf.int32), 1, int(x.shape[1]) + 5,
-                                        30, 0.0, cache)
+                                        30, 0.0, cache,
+                                        decode_lengths=decoding._input_lengths(x) + 5)
   same = 0
   for row in range(6):
     got, want = ids[row, 0, 1:].numpy(), greedy_ids[row].numpy()
