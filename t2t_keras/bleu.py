@@ -281,3 +281,8 @@ def _moses_tokenizer(language: str) -> sacremoses.MosesTokenizer:
 @functools.lru_cache(maxsize=1)
 def _punct_normalizer() -> sacremoses.MosesPunctNormalizer:
   return sacremoses.MosesPunctNormalizer()
+
+
+def paper_language(target_lang: str) -> str | None:
+  """`target_lang` if the Moses tokenizer knows it (e.g. "de"), else None."""
+  return target_lang if target_lang in PAPER_LANGUAGES else None

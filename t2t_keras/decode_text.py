@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -148,8 +148,14 @@ class TextDecoder:
 
 def make_bleu_hook(model: Transformer, hparams: HParams, encoders: Dict,
                    decode_hp: DecodeHParams, source: str, reference: str,
-                   max_lines: int = 0) -> Callable[[int], Dict[str, float]]:
-  """fn(step) -> {"bleu": sacrebleu BLEU} decoding `source` (first `max_lines`)."""
+                   max_lines: int = 0,
+                   paper_language: Optional[str] = None) -> Callable[[int], Dict[str, float]]:
+  """fn(step) -> {"bleu": sacrebleu BLEU} decoding `source` (first `max_lines`).
+
+  With `paper_language` (the target language, e.g. "de") the dict also has
+  "bleu_tokenized": the paper's tokenized BLEU (`bleu.paper_bleu`), cheap next
+  to the decoding.
+  """
   sources, references = read_lines(source), read_lines(reference)
   if len(sources) != len(references):
     raise ValueError(f"{source} has {len(sources)} lines but {reference} has "
@@ -162,6 +168,9 @@ def make_bleu_hook(model: Transformer, hparams: HParams, encoders: Dict,
     del step
     hypotheses = decoder.decode_lines(sources)
     score, _ = bleu_lib.corpus_bleu(hypotheses, references, tokenize="intl")
-    return {"bleu": score}
+    if paper_language is None:
+      return {"bleu": score}
+    paper = bleu_lib.paper_bleu(hypotheses, references, language=paper_language)
+    return {"bleu": score, "bleu_tokenized": paper.score}
 
   return hook

@@ -30,7 +30,12 @@ def main(argv):
   del argv
   from t2t_keras import bleu, decode_text, evalb
   from t2t_keras.hparams import create_decode_hparams
-  decode_hp = create_decode_hparams(FLAGS.decode_hparams)
+  try:  # settings and the output path are checked before the model loads
+    decode_hp = create_decode_hparams(FLAGS.decode_hparams)
+  except ValueError as e:
+    raise app.UsageError(f"--decode_hparams: {e}") from None
+  if FLAGS.decode_to_file:
+    common_flags.check_output_file("decode_to_file", FLAGS.decode_to_file)
   model, hparams, problem, encoders = common_flags.load_trained_run()
   decoder = decode_text.TextDecoder(
       model, hparams, encoders, decode_hp, use_cache=FLAGS.decode_use_cache,
@@ -74,6 +79,11 @@ def main(argv):
     else:
       score, signature = bleu.corpus_bleu(hyps, refs, tokenize="intl")
       print(f"BLEU = {score:.2f}  ({signature})", flush=True)
+      language = bleu.paper_language(getattr(problem, "target_lang", ""))
+      if language:  # the paper's tokenized BLEU, a different number (README)
+        paper = bleu.paper_bleu(hyps, refs, language=language)
+        print(f"tokenized BLEU (as in the paper) = {paper.score:.2f}  "
+              f"({bleu.paper_signature(language)})", flush=True)
 
 
 def _emit(lines):
@@ -87,7 +97,7 @@ def _emit(lines):
 
 
 def run():
-  app.run(main)
+  common_flags.run_cli(main)
 
 
 if __name__ == "__main__":
