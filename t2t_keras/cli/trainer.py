@@ -89,11 +89,13 @@ def _bleu_hook(trainer, problem, encoders):
                                          problem.text_file(FLAGS.data_dir, "dev", "targets"))
   if reference is None:
     raise app.UsageError("--decode_from_file needs --decode_reference for BLEU in evaluation.")
-  from t2t_keras import decode_text
+  from t2t_keras import bleu, decode_text
   from t2t_keras.hparams import create_decode_hparams
   decode_hp = create_decode_hparams(FLAGS.decode_hparams)
   return decode_text.make_bleu_hook(trainer.model, trainer.hparams, encoders, decode_hp,
-                                    source, reference, max_lines=FLAGS.eval_bleu_max_lines)
+                                    source, reference, max_lines=FLAGS.eval_bleu_max_lines,
+                                    # the paper's tokenized BLEU too, where Moses knows the language
+                                    paper_language=bleu.paper_language(problem.target_lang))
 
 
 def run():
