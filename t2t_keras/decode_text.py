@@ -127,6 +127,9 @@ class TextDecoder:
       ids, scores = self.decode_fn(tf.constant(self._pad([encoded[i] for i in batch])))
       for row, index in enumerate(batch):
         outputs[index] = self._format(ids[row].numpy(), scores[row].numpy())
+        if self.decode_hp.log_results:  # T2T's log_decode_results.
+          self.log(f"Inference results INPUT: {lines[index]}")
+          self.log(f"Inference results OUTPUT: {outputs[index]}")
       done = begin + len(batch)
       if time.time() - last >= progress_every_secs and done < len(todo):
         rate = done / (time.time() - start)

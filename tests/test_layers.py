@@ -198,3 +198,79 @@ def test_stack_layers_round_trip_config():
     layer = cls(hp, name="x")
     clone = cls.from_config(layer.get_config())
     assert clone.hparams == hp and clone.get_config() == layer.get_config()
+
+
+# T2T's initializers (`utils/optimize.py:get_variable_initializer`) on a kernel
+# large enough for sample moments: fan_in 300, fan_out 500, fan_avg 400.
+KERNEL = (300, 500)
+FAN_AVG = (KERNEL[0] + KERNEL[1]) / 2
+
+
+def _kernel(name, gain):
+  from t2t_keras.layers.initializers import get_variable_initializer
+  return np.asarray(get_variable_initializer(name, gain, seed=7)(KERNEL, "float32"), np.float64)
+
+
+@pytest.mark.parametrize("gain", [1.0, 2.0])
+def test_uniform_unit_scaling_is_variance_scaling_fan_avg_uniform(gain):
+  w = _kernel("uniform_unit_scaling", gain)
+  limit = math.sqrt(3.0 * gain / FAN_AVG)  # U(-l, l) has variance l^2 / 3 = gain / fan_avg.
+  assert np.abs(w).max() <= limit and np.abs(w).max() > 0.99 * limit
+  assert w.var() == pytest.approx(gain / FAN_AVG, rel=0.02)
+  assert abs(w.mean()) < 0.01 * limit
+
+
+@pytest.mark.parametrize("gain", [1.0, 3.0])
+def test_normal_unit_scaling_is_truncated_normal_fan_avg(gain):
+  w = _kernel("normal_unit_scaling", gain)
+  # TF1's variance_scaling(distribution="normal") truncates at 2 sigma, sigma chosen
+  # so that the truncated variance is gain / fan_avg (0.8796... = its std for sigma 1).
+  sigma = math.sqrt(gain / FAN_AVG) / 0.87962566103423978
+  assert w.var() == pytest.approx(gain / FAN_AVG, rel=0.02)
+  assert np.abs(w).max() <= 2 * sigma * 1.0001 and np.abs(w).max() > 1.95 * sigma
+
+
+@pytest.mark.parametrize("gain", [1.0, 2.0])
+def test_uniform_is_plus_minus_a_tenth_of_gain(gain):
+  w = _kernel("uniform", gain)
+  assert np.abs(w).max() <= 0.1 * gain and np.abs(w).max() > 0.099 * gain
+  assert w.var() == pytest.approx((0.1 * gain) ** 2 / 3, rel=0.02)
+
+
+@pytest.mark.parametrize("gain", [1.0, 2.0])
+def test_orthogonal_rows_are_orthogonal_with_norm_gain(gain):
+  w = _kernel("orthogonal", gain)  # 300 x 500: the 300 rows are orthogonal.
+  np.testing.assert_allclose(w @ w.T, gain ** 2 * np.eye(KERNEL[0]), atol=1e-4 * gain ** 2)
+
+
+def test_xavier_ignores_gain():
+  w = _kernel("xavier", 5.0)
+  limit = math.sqrt(6.0 / (KERNEL[0] + KERNEL[1]))
+  assert np.abs(w).max() <= limit and w.var() == pytest.approx(1.0 / FAN_AVG, rel=0.02)
+
+
+def test_unknown_initializer_is_refused():
+  from t2t_keras.layers.initializers import get_variable_initializer
+  with pytest.raises(ValueError, match="'glorot'.*uniform_unit_scaling"):
+    get_variable_initializer("glorot")
+  with pytest.raises(ValueError, match="initializer.*'he_normal'"):
+    attention.MultiHeadAttention(8, 8, 8, 2, initializer="he_normal")
+  from t2t_keras.hparams import create_hparams
+  with pytest.raises(ValueError, match="hparams.initializer.*'he_normal'.*normal_unit_scaling"):
+    create_hparams("transformer_tiny", "initializer=he_normal")
+
+
+def test_layers_apply_initializer_to_kernels_only():
+  att = attention.MultiHeadAttention(64, 64, 64, 4, initializer="uniform", initializer_gain=3.0)
+  att.build((None, None, 64))
+  dense = ffn.DenseReluDense(128, 64, initializer="uniform", initializer_gain=3.0)
+  dense.build((None, None, 64))
+  for kernel in [att.q.kernel, att.k.kernel, att.v.kernel, att.output_transform.kernel,
+                 dense.conv1.kernel, dense.conv2.kernel]:
+    values = np.abs(kernel.numpy())
+    assert values.max() <= 0.3 and values.max() > 0.29, kernel.path
+  assert not np.any(dense.conv1.bias.numpy()) and not np.any(dense.conv2.bias.numpy())
+  clone = ffn.DenseReluDense.from_config(dense.get_config())
+  assert (clone.initializer, clone.initializer_gain) == ("uniform", 3.0)
+  clone = attention.MultiHeadAttention.from_config(att.get_config())
+  assert (clone.initializer, clone.initializer_gain) == ("uniform", 3.0)

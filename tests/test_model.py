@@ -169,3 +169,26 @@ def test_mixed_bfloat16_gives_float32_logits_close_to_float32():
     mixed_precision.set_global_policy("float32")
   assert got.dtype == tf.float32
   assert np.abs(got.numpy() - want).max() < 0.15 * np.abs(want).max()
+
+
+def test_initializer_hparams_reach_dense_kernels_not_embeddings_or_norms():
+  """T2T's scope initializer: dense kernels and the target-space embedding; the shared
+  embedding keeps N(0, d^-0.5), LayerNorm ones/zeros, biases zeros; names unchanged."""
+  model = _model("initializer=uniform,initializer_gain=2.0,layer_preprocess_sequence=n,"
+                 "layer_postprocess_sequence=da", name="t")
+  names = [v.path for v in model.weights]
+  assert names == [v.path for v in _model("layer_preprocess_sequence=n,"
+                                          "layer_postprocess_sequence=da", name="t").weights]
+  kinds = set()
+  for v in model.weights:
+    w = v.numpy()
+    if v.path.endswith("kernel") or "target_space_embedding" in v.path:
+      assert np.abs(w).max() <= 0.2 and np.abs(w).max() > 0.19, v.path
+      kinds.add("initialized")
+    elif v.path.endswith(("gamma", "beta", "bias")):
+      np.testing.assert_array_equal(w, 1.0 if v.path.endswith("gamma") else 0.0)
+      kinds.add(v.path.rsplit("/", 1)[1])
+    else:
+      assert v.path.endswith("shared/weights"), v.path
+      assert w.std() == pytest.approx(128 ** -0.5, rel=0.05)
+  assert kinds == {"initialized", "gamma", "beta", "bias"}

@@ -62,10 +62,17 @@ def main(argv):
     reference = reference or (problem.gold_trees_file(FLAGS.data_dir, split) if parsing
                               else problem.text_file(FLAGS.data_dir, split, "targets"))
   lines = decode_text.read_lines(source, decode_hp.delimiter)
+  if decode_hp.num_samples > 0:  # T2T: only the first num_samples examples of the dataset.
+    if FLAGS.decode_from_file:
+      raise app.UsageError("--decode_hparams=num_samples applies to decoding the dataset "
+                           "(without --decode_from_file); a file gets one output per line.")
+    lines = lines[:decode_hp.num_samples]
   outputs = decoder.decode_lines(lines)
   _emit(outputs)
   if reference:
     refs = decode_text.read_lines(reference)
+    if decode_hp.num_samples > 0:
+      refs = refs[:decode_hp.num_samples]
     if len(refs) != len(outputs):
       raise app.UsageError(f"{reference} has {len(refs)} lines, {source} has {len(outputs)}.")
     hyps = [o.split("\t")[0] for o in outputs]
