@@ -3,13 +3,17 @@
 Mirrors T2T's `data_generators/generator_utils.py` naming: shard files are
 `<name>-<split>-00000-of-00100`; examples are first written round-robin to
 `<name>-unshuffled-<split>-…` files, then each shard is shuffled in memory and
-written under its final name. Every file is written under a temporary name and
-renamed with `os.replace`, so a killed run never leaves a file that looks done.
+written under its final name. Every file is written under a temporary name
+(`<final>.<pid>.incomplete`) and renamed with `os.replace`, so a killed run never
+leaves a file that looks done; the next run removes such leftovers
+(`remove_stale_temporaries`), and a failed run removes its own. The manifest
+(`data_gen/manifest.py`) is written last.
 """
 
+import logging
 import os
 import random
-import tempfile
+import re
 import time
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -19,6 +23,10 @@ PAD_ID = 0
 EOS_ID = 1
 # Suffix of files being written; never matched by a shard file pattern.
 TMP_SUFFIX = ".incomplete"
+# Test hook: the TFRecord write of the shard with this base name pauses after its
+# first record (tests/test_faults_datagen.py SIGKILLs the process there).
+PAUSE_ENV = "T2T_KERAS_TEST_PAUSE_WRITING"
+_STALE_SECONDS = 3600  # a temp file untouched this long has no live writer
 
 Progress = Optional[Callable[[str, int, Optional[int]], None]]
 
@@ -49,13 +57,89 @@ def to_example(features: Dict[str, Sequence[int]]) -> tf.train.Example:
   return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
-def _tmp_path(path: str) -> str:
+def tmp_path_for(path: str) -> str:
+  """`<path>.<pid>.incomplete`: where this process writes `path` before renaming it."""
   return "%s.%d%s" % (path, os.getpid(), TMP_SUFFIX)
+
+
+def open_record_writer(path: str):
+  """The TFRecord writer of every shard (one place, so tests can simulate a full disk)."""
+  return tf.io.TFRecordWriter(path)
+
+
+def remove_quietly(paths: Iterable[str]) -> None:
+  """Removes files; never raises (used in clean-up, e.g. on a full disk)."""
+  for path in paths:
+    try:
+      os.remove(path)
+    except FileNotFoundError:
+      pass
+    except OSError as e:
+      logging.warning("could not remove %s: %s", path, e)
+
+
+def _close_quietly(writers) -> None:
+  for w in writers:
+    try:
+      w.close()
+    except Exception as e:  # pylint: disable=broad-except
+      logging.warning("closing a shard writer failed during clean-up: %s", e)
+
+
+def _pid_alive(pid: int) -> bool:
+  if pid == os.getpid():
+    return True
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+def remove_stale_temporaries(data_dir: str, problem_name: str) -> List[str]:
+  """Removes leftovers of killed runs in `data_dir`; returns the removed paths.
+
+  Removed: `*.incomplete` files whose writer process is gone (or untouched for an
+  hour), older temp-name styles (`*.incomplete` without a pid, `.tmp_vocab_*`),
+  and `<problem_name>-unshuffled-*` shards (only a finished split removes them).
+  Files of a live concurrent writer are kept.
+  """
+  removed = []
+  now = time.time()
+  for name in sorted(os.listdir(data_dir)) if os.path.isdir(data_dir) else []:
+    path = os.path.join(data_dir, name)
+    if name.endswith(TMP_SUFFIX):
+      match = re.search(r"\.(\d+)%s$" % re.escape(TMP_SUFFIX), name)
+      try:
+        fresh = now - os.stat(path).st_mtime < _STALE_SECONDS
+      except FileNotFoundError:
+        continue
+      if match and int(match.group(1)) != os.getpid() and fresh and _pid_alive(
+          int(match.group(1))):
+        logging.warning("keeping %s: its writer (pid %s) is still running", path, match.group(1))
+        continue
+    elif not (name.startswith(".tmp_vocab_") or name.startswith(problem_name + "-unshuffled-")):
+      continue
+    remove_quietly([path])
+    removed.append(path)
+  if removed:
+    logging.warning("removed %d leftover file(s) of an interrupted run in %s",
+                    len(removed), data_dir)
+  return removed
+
+
+def _pause_for_test(final_path: str, writer) -> None:
+  if os.environ.get(PAUSE_ENV) == os.path.basename(final_path):
+    writer.flush()
+    print("T2T_KERAS_TEST_PAUSED %s" % final_path, flush=True)
+    time.sleep(600)
 
 
 def write_text_atomic(path: str, lines: Iterable[str]) -> int:
   """Writes `lines` (one per line) to `path` via a temporary file; returns count."""
-  tmp = _tmp_path(path)
+  tmp = tmp_path_for(path)
   count = 0
   try:
     with open(tmp, "w", encoding="utf-8") as f:
@@ -63,25 +147,30 @@ def write_text_atomic(path: str, lines: Iterable[str]) -> int:
         f.write(line + "\n")
         count += 1
     os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+  except BaseException:
+    remove_quietly([tmp])
+    raise
   return count
 
 
 def write_tfrecords_atomic(path: str, records: Iterable[bytes]) -> int:
   """Writes serialized records to `path` via a temporary file; returns count."""
-  tmp = _tmp_path(path)
+  tmp = tmp_path_for(path)
   count = 0
+  writer = None
   try:
-    with tf.io.TFRecordWriter(tmp) as writer:
-      for record in records:
-        writer.write(record)
-        count += 1
+    writer = open_record_writer(tmp)
+    for record in records:
+      writer.write(record)
+      count += 1
+      if count == 1:
+        _pause_for_test(path, writer)
+    writer.close()
     os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+  except BaseException:
+    _close_quietly([writer] if writer is not None else [])
+    remove_quietly([tmp])
+    raise
   return count
 
 
@@ -95,10 +184,12 @@ def generate_files(examples: Iterable[Dict[str, Sequence[int]]], output_paths: S
   Returns:
     The number of examples written.
   """
-  tmp_paths = [_tmp_path(p) for p in output_paths]
-  writers = [tf.io.TFRecordWriter(p) for p in tmp_paths]
+  tmp_paths = [tmp_path_for(p) for p in output_paths]
+  writers = []
   count = 0
   try:
+    for p in tmp_paths:
+      writers.append(open_record_writer(p))
     for example in examples:
       if max_cases is not None and count >= max_cases:
         break
@@ -111,12 +202,11 @@ def generate_files(examples: Iterable[Dict[str, Sequence[int]]], output_paths: S
       w.close()
     for tmp, final in zip(tmp_paths, output_paths):
       os.replace(tmp, final)
-  finally:
-    for w in writers:
-      w.close()
-    for tmp in tmp_paths:
-      if os.path.exists(tmp):
-        os.remove(tmp)
+  except BaseException:
+    # Must not fail itself (a full disk makes close() raise): quiet close + remove.
+    _close_quietly(writers)
+    remove_quietly(tmp_paths)
+    raise
   if progress is not None:
     progress(stage, count, count)
   return count
@@ -266,13 +356,6 @@ def get_or_generate_vocab(data_dir: str, vocab_filename: str, approx_vocab_size:
   encoder = text_encoder.SubwordTextEncoder.build_to_target_size(
       approx_vocab_size, token_counts, 1, 1e3, max_subtoken_length=max_subtoken_length,
       reserved_tokens=reserved_tokens)
-  fd, tmp = tempfile.mkstemp(prefix=vocab_filename + ".", suffix=TMP_SUFFIX, dir=data_dir)
-  os.close(fd)
-  try:
-    encoder.store_to_file(tmp)
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+  encoder.store_to_file(path)  # atomic, readable by others (mode 0666 & ~umask)
   return encoder, time.time() - start
 

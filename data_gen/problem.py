@@ -8,7 +8,10 @@ A problem turns raw text pairs into a vocabulary plus sharded TFRecords of
   data_dir/<name>.dev.<lang>, <name>.test.<lang>   plain text for scoring a decoder
 
 `generate_data` is idempotent: a split whose final shards and text files all
-exist is skipped, the vocab is reused when present.
+exist is skipped, the vocab is reused when present. It first removes leftovers of
+a killed run, removes the manifest before it changes any file, and writes
+`<name>.manifest.json` last (`data_gen/manifest.py`); a failed split removes its
+partial files. `check_data_dir` refuses a data_dir without a valid manifest.
 """
 
 import glob
@@ -18,6 +21,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional
 
 from data_gen import generator_utils
+from data_gen import manifest as manifest_lib
 
 
 class DatasetSplit:
@@ -68,6 +72,14 @@ class Problem:
 
   def generate_data(self, data_dir: str, tmp_dir: str, **kwargs) -> Dict[str, Any]:
     raise NotImplementedError
+
+  def check_data_dir(self, data_dir: str, verify_checksums: bool = False) -> Dict[str, Any]:
+    """Raises ValueError (naming the datagen command) unless datagen finished data_dir.
+
+    Requires the train and dev splits; see `manifest.check_data_dir`.
+    """
+    return manifest_lib.check_data_dir(data_dir, self.name, (DatasetSplit.TRAIN, DatasetSplit.EVAL),
+                                       verify_checksums=verify_checksums)
 
   def filepattern(self, data_dir: str, split: str) -> str:
     """Glob of the final shard files of `split` (T2T `Problem.filepattern`)."""
@@ -224,30 +236,52 @@ class Text2TextProblem(Problem):
       raise ValueError("num_shards must be >= 1, got %r" % (num_shards,))
     os.makedirs(data_dir, exist_ok=True)
     os.makedirs(tmp_dir, exist_ok=True)
+    generator_utils.remove_stale_temporaries(data_dir, self.name)
+    manifest = manifest_lib.manifest_path(data_dir, self.name)
     if progress is not None:
       progress("vocab", 0, None)
     encoders = self.get_or_create_vocab(data_dir, tmp_dir)
     # Shards encoded with an older vocab are stale once a new vocab was built.
     fresh_vocab = self.vocab_seconds > 0
+    changed = fresh_vocab or not os.path.exists(manifest)
     result = {"splits": {}, "vocab_seconds": self.vocab_seconds}
+    written = {}
     for spec in self.dataset_splits:
       split = spec["split"]
       shards = num_shards if (num_shards and split == DatasetSplit.TRAIN) else spec["shards"]
       final = self.shard_paths(data_dir, split, shards)
       skipped = not fresh_vocab and self._split_done(data_dir, split, shards)
       if not skipped:
+        changed = True
+        generator_utils.remove_quietly([manifest])  # before any listed file changes
         self._generate_split(data_dir, tmp_dir, split, shards, encoders, max_cases,
                              random_seed, progress)
       stats = generator_utils.shard_stats(final)
       stats["skipped"] = skipped
       result["splits"][split] = stats
+      written[split] = (final, [] if split == DatasetSplit.TRAIN else
+                        [self.text_file(data_dir, split, s) for s in ("inputs", "targets")])
+    if changed:  # last: its presence means every file above is complete
+      vocabs = [os.path.join(data_dir, f) for f in self.vocab_filenames.values()]
+      manifest_lib.write_manifest(data_dir, self.name, vocabs, written)
     result["seconds"] = time.time() - start
     return result
 
   def _generate_split(self, data_dir, tmp_dir, split, shards, encoders, max_cases,
                       random_seed, progress) -> None:
+    """Writes one split; on any failure (e.g. a full disk) removes its partial files."""
     unshuffled = self.shard_paths(data_dir, split, shards, shuffled=False)
     final = self.shard_paths(data_dir, split, shards)
+    try:
+      self._write_split(data_dir, tmp_dir, split, unshuffled, final, encoders, max_cases,
+                        random_seed, progress)
+    except BaseException:
+      paths = unshuffled + final
+      generator_utils.remove_quietly(paths + [generator_utils.tmp_path_for(p) for p in paths])
+      raise
+
+  def _write_split(self, data_dir, tmp_dir, split, unshuffled, final, encoders, max_cases,
+                   random_seed, progress) -> None:
     texts: Optional[List[tuple]] = [] if split != DatasetSplit.TRAIN else None
     generator_utils.generate_files(
         self.generate_encoded_samples(data_dir, tmp_dir, split, encoders, texts),

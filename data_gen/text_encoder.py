@@ -88,6 +88,25 @@ class ByteTextEncoder(TextEncoder):
     return 2 ** 8 + self._num_reserved_ids
 
 
+def current_umask() -> int:
+  """The process umask (from /proc on Linux, else by setting and restoring it)."""
+  try:
+    with open("/proc/self/status", encoding="ascii") as f:
+      for line in f:
+        if line.startswith("Umask:"):
+          return int(line.split()[1], 8)
+  except OSError:
+    pass
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return mask
+
+
+def readable_file_mode() -> int:
+  """`0o666 & ~umask`: the mode `open()` gives a new file (0644 with umask 022)."""
+  return 0o666 & ~current_umask()
+
+
 def strip_ids(ids: Sequence[int], ids_to_strip: Iterable[int]) -> list[int]:
   """Drops trailing ids that are in `ids_to_strip` (T2T `strip_ids`)."""
   ids = list(ids)
@@ -273,8 +292,11 @@ class SubwordTextEncoder(TextEncoder):
                          "white space without quotes)" % (i, s))
       lines.append("'%s'\n" % s if add_single_quotes else s + "\n")
     directory = os.path.dirname(os.path.abspath(filename))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_vocab_")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(filename) + ".",
+                               suffix=".%d.incomplete" % os.getpid())
     try:
+      # mkstemp creates 0600; a vocab must be readable by others (e.g. TF Serving).
+      os.fchmod(fd, readable_file_mode())
       with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
         f.writelines(lines)
       os.replace(tmp, filename)

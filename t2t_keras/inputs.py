@@ -14,6 +14,9 @@ Batches are dicts {"inputs": int64 [batch, length], "targets": int64 [batch, len
 0-padded to the longest example of the batch.
 """
 
+import logging
+import os
+import re
 from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
@@ -30,6 +33,9 @@ HIGHLY_COMPOSITE_NUMBERS = [
     2882880, 3603600, 4324320, 6486480, 7207200, 8648640, 10810800, 14414400, 17297280,
     21621600, 32432400, 36756720, 43243200, 61261200, 73513440, 110270160]
 
+# Names of files still being written (datagen's `<shard>.<pid>.incomplete`, temp
+# files of atomic writers): a T2T `<name>-train*` glob matches them, readers must not.
+_TEMPORARY_FILE = re.compile(r"(\.incomplete|\.tmp[-_][^/]*)$|^\.tmp")
 _EXAMPLE_SHUFFLE_BUFFER = 1024
 _PARSE_BATCH = 256
 
@@ -98,6 +104,29 @@ def hparams_to_batching_scheme(hparams, drop_long_sequences: bool = False,
       length_bucket_step=hparams.length_bucket_step,
       drop_long_sequences=drop_long_sequences, shard_multiplier=shard_multiplier,
       min_length=getattr(hparams, "min_length", 0))
+
+
+def is_temporary_file(path: str) -> bool:
+  """True for a file that a writer has not finished (never read as a shard)."""
+  return bool(_TEMPORARY_FILE.search(os.path.basename(path)))
+
+
+def match_shard_files(filepattern: str) -> List[str]:
+  """Sorted files matching `filepattern`, without temporary files (logged once).
+
+  Raises:
+    ValueError: if no finished file matches.
+  """
+  matched = sorted(tf.io.gfile.glob(filepattern))
+  files = [f for f in matched if not is_temporary_file(f)]
+  if len(files) < len(matched):
+    logging.warning("ignoring %d unfinished file(s) matching %s (of an interrupted writer), "
+                    "e.g. %s", len(matched) - len(files), filepattern,
+                    next(f for f in matched if is_temporary_file(f)))
+  if not files:
+    raise ValueError("no files match filepattern %r; generate them with t2t_keras_datagen"
+                     % (filepattern,))
+  return files
 
 
 def example_length(example: Dict[str, tf.Tensor]) -> tf.Tensor:
@@ -180,10 +209,7 @@ def make_dataset(filepattern: str, hparams, mode: str, *, batch_size_multiplier:
   if not isinstance(batch_size_multiplier, int) or batch_size_multiplier < 1:
     raise ValueError("batch_size_multiplier must be an int >= 1, got %r" % (batch_size_multiplier,))
   training = _MODES[mode] == TRAIN
-  files = sorted(tf.io.gfile.glob(filepattern))
-  if not files:
-    raise ValueError("no files match filepattern %r; generate them with t2t_keras_datagen"
-                     % (filepattern,))
+  files = match_shard_files(filepattern)
   repeat = training if repeat is None else repeat
   shuffle = training if shuffle is None else shuffle
   if deterministic and seed is None:

@@ -5,9 +5,12 @@
       --train_source=train.en --train_target=train.de \
       --dev_source=dev.en --dev_target=dev.de --vocab_size=8192
 
-Running it again skips finished splits and reuses the vocab.
+Running it again removes leftovers of a killed run, skips finished splits and
+reuses the vocab; `<problem>.manifest.json` is written last, and the trainer
+refuses a data_dir without it.
 """
 
+import errno
 import os
 import sys
 import time
@@ -103,6 +106,13 @@ def run(argv) -> int:
                                    progress=_progress)
   except ValueError as e:
     print("t2t_keras_datagen: error: %s" % e, file=sys.stderr)
+    return 1
+  except OSError as e:  # e.g. a full disk; the unfinished split's files were removed
+    hint = " (disk full: free space in %s and rerun)" % FLAGS.data_dir if (
+        e.errno == errno.ENOSPC) else ""
+    print("t2t_keras_datagen: error: %s%s; partial files were removed and no manifest was "
+          "written, so trainers refuse this data_dir until a rerun finishes"
+          % (e, hint), file=sys.stderr)
     return 1
   print(_summary(FLAGS.problem, data_dir, result), flush=True)
   return 0
