@@ -1,0 +1,156 @@
+"""TensorFlow's C++ start-up lines stay out of the commands' output unless asked for.
+
+Importing TensorFlow 2.21 on a CPU machine prints, through absl's C++ logging,
+"All log messages before absl::InitializeLog() ...", "Could not find cuda
+drivers", the cpu_feature_guard note and a "failed call to cuInit" error; some
+of these ignore `TF_CPP_MIN_LOG_LEVEL` (they are logged before TensorFlow reads
+it). `install()` therefore does two things when the user has not chosen:
+
+* sets `TF_CPP_MIN_LOG_LEVEL=2` (INFO and WARNING hidden; errors kept) for this
+  process and the processes it starts;
+* imports TensorFlow, and initializes its physical devices (where cuInit is
+  called), with file descriptor 2 sent to a temporary file, then writes back
+  every captured line except the known start-up lines above.
+
+The user chooses by setting `TF_CPP_MIN_LOG_LEVEL` or by passing absl's
+`--verbosity`/`-v` on the command line (0 or more: TensorFlow logs everything;
+-1 warnings and up, -2 errors, -3 fatal only): then nothing is captured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import importlib.util
+import os
+import re
+import sys
+import tempfile
+from typing import Mapping, Optional, Sequence
+
+LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
+# Marks a TF_CPP_MIN_LOG_LEVEL that `install` set (not the user), so that the
+# commands a command starts (the demo's stages) stay quiet too.
+MARKER_VAR = "T2T_KERAS_QUIET_TF"
+QUIET_LEVEL = "2"
+
+_NOISE = re.compile(
+    r"All log messages before absl::InitializeLog\(\)|Could not find cuda drivers|"
+    r"cudart_stub\.cc|cuInit|cuda_(driver|platform|executor)\.cc|cpu_feature_guard\.cc|"
+    r"^To enable the following instructions:|oneDNN custom operations are on|"
+    r"Unable to register cu(DNN|FFT|BLAS) factory|TF-TRT Warning|"
+    r"computation placer already registered|absl::InitializeLog")
+
+
+def filter_noise(text: str) -> str:
+  """`text` without TensorFlow's known start-up lines (other lines kept, in order)."""
+  return "".join(line for line in text.splitlines(keepends=True) if not _NOISE.search(line))
+
+
+def requested_level(argv: Sequence[str]) -> Optional[str]:
+  """TF_CPP_MIN_LOG_LEVEL for an absl `--verbosity`/`-v` in `argv`; None if absent.
+
+  absl's verbosity 0 (INFO, its default when given explicitly) or more shows all
+  of TensorFlow's lines; -1 (WARNING), -2 (ERROR), -3 (FATAL) map to 1, 2, 3.
+  """
+  value = None
+  for i, arg in enumerate(argv):
+    if arg == "--":
+      break
+    for name in ("--verbosity", "-verbosity", "--v", "-v"):
+      if arg == name and i + 1 < len(argv):
+        value = argv[i + 1]
+      elif arg.startswith(name + "="):
+        value = arg[len(name) + 1:]
+  if value is None:
+    return None
+  try:
+    verbosity = int(value)
+  except ValueError:
+    return "0"  # absl will reject the value itself; show everything meanwhile.
+  return str(min(3, max(0, -verbosity)))
+
+
+def user_chose(environ: Mapping[str, str], argv: Sequence[str]) -> bool:
+  """Whether the user set TensorFlow's log level (environment or --verbosity)."""
+  if requested_level(argv) is not None:
+    return True
+  return LEVEL_VAR in environ and environ.get(MARKER_VAR) != environ[LEVEL_VAR]
+
+
+@contextlib.contextmanager
+def _stderr_filtered():
+  """Captures file descriptor 2 (C++ and Python writes) and writes back non-noise."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  try:
+    with tempfile.TemporaryFile() as tmp:
+      os.dup2(tmp.fileno(), 2)
+      try:
+        yield
+      finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        tmp.seek(0)
+        kept = filter_noise(tmp.read().decode("utf-8", errors="replace"))
+        if kept:
+          os.write(2, kept.encode("utf-8"))
+  finally:
+    os.close(saved)
+
+
+class _QuietLoader(importlib.abc.Loader):
+  """Runs TensorFlow's own loader, and device discovery, under `_stderr_filtered`."""
+
+  def __init__(self, loader):
+    self._loader = loader
+
+  def create_module(self, spec):
+    return self._loader.create_module(spec)
+
+  def exec_module(self, module):
+    with _stderr_filtered():
+      self._loader.exec_module(module)
+      # cuInit is called when the physical devices are first listed; listing
+      # them does not initialize the runtime (multi-worker set-up still works).
+      module.config.list_physical_devices()
+
+
+class _QuietFinder(importlib.abc.MetaPathFinder):
+
+  def find_spec(self, name, path, target=None):
+    if name != "tensorflow":
+      return None
+    sys.meta_path.remove(self)
+    spec = importlib.util.find_spec(name)
+    if spec is not None and spec.loader is not None:
+      spec.loader = _QuietLoader(spec.loader)
+    return spec
+
+
+def install(environ=None, argv: Optional[Sequence[str]] = None) -> None:
+  """Quiets TensorFlow's start-up lines unless the user chose a log level.
+
+  Must run before TensorFlow is first imported (CLI modules call it from
+  `t2t_keras.cli`'s package import). Idempotent.
+  """
+  environ = os.environ if environ is None else environ
+  argv = sys.argv if argv is None else argv
+  level = requested_level(argv)
+  if level is not None:
+    if environ.get(MARKER_VAR) == environ.get(LEVEL_VAR):
+      environ.pop(MARKER_VAR, None)
+      environ[LEVEL_VAR] = level  # the user's --verbosity also reaches subprocesses.
+    return
+  if user_chose(environ, argv):
+    return
+  environ[LEVEL_VAR] = environ[MARKER_VAR] = QUIET_LEVEL
+  if "tensorflow" not in sys.modules and not any(
+      isinstance(f, _QuietFinder) for f in sys.meta_path):
+    sys.meta_path.insert(0, _QuietFinder())
+
+
+def active(environ=None) -> bool:
+  """Whether `install` quieted TensorFlow here (so helpers should filter too)."""
+  environ = os.environ if environ is None else environ
+  return LEVEL_VAR in environ and environ.get(MARKER_VAR) == environ[LEVEL_VAR]
