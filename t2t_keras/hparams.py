@@ -150,6 +150,15 @@ class HParams:
       raise ValueError(f"hparams.initializer: unknown initializer {self.initializer!r}; "
                        f"supported (T2T's names): {', '.join(map(repr, INITIALIZERS))}.")
     _check_learning_rate(self)
+    if self.sampling_method not in ("argmax", "random"):
+      raise ValueError("hparams.sampling_method must be 'argmax' or 'random', got "
+                       f"{self.sampling_method!r}.")
+    if self.sampling_temp < 0:
+      raise ValueError(f"hparams.sampling_temp must be >= 0 (0: argmax), got "
+                       f"{self.sampling_temp!r}.")
+    if self.sampling_keep_top_k == 0 or self.sampling_keep_top_k < -1:
+      raise ValueError("hparams.sampling_keep_top_k must be -1 (keep all) or >= 1, got "
+                       f"{self.sampling_keep_top_k!r}.")
     if self.optimizer.lower() not in ("adam", "multistep_adam", "multistepadam", "true_adam",
                                       "lazy_adam"):
       raise ValueError("hparams.optimizer must be one of adam, multistep_adam, true_adam, "

@@ -99,6 +99,17 @@ def test_overrides_typed():
     ("num_heads", "Malformed"),
     ("num_heads=4,num_heads=8", "given twice"),
     ("layer_preprocess_sequence=a", "layer_preprocess_sequence"),
+    ("optimizer=adafactor", "optimizer must be one of adam"),
+    ("symbol_modality_num_shards=0", "symbol_modality_num_shards must be >= 1, got 0"),
+    ("initializer=he_uniform", "initializer.*'he_uniform'.*uniform_unit_scaling"),
+    ("learning_rate_schedule=constantt*linear_warmup",
+     "unknown factor 'constantt'; valid factors.*constant, linear_warmup"),
+    ("learning_rate_schedule=legacy,learning_rate_decay_scheme=piecewise",
+     "learning_rate_decay_scheme.*noam, none, exp.*'piecewise'"),
+    ("learning_rate_decay_steps=0", "learning_rate_decay_steps must be positive"),
+    ("sampling_method=beam", "sampling_method must be 'argmax' or 'random'"),
+    ("sampling_temp=-1", "sampling_temp must be >= 0"),
+    ("sampling_keep_top_k=0", "sampling_keep_top_k must be -1"),
 ])
 def test_bad_overrides_name_the_problem(overrides, message):
   with pytest.raises(ValueError, match=message):
@@ -129,3 +140,17 @@ def test_decode_hparams_defaults_and_overrides():
   assert (dhp.beam_size, dhp.alpha, dhp.extra_length, dhp.return_beams) == (21, 0.3, 300, True)
   with pytest.raises(ValueError, match="beam_size"):
     hp_lib.create_decode_hparams("beam_size=0")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ("batch_size=-1", "batch_size must be >= 0.*got -1"),
+    ("delimiter=", "delimiter must be a non-empty string"),
+    ("num_samples=0", "num_samples must be -1 .*got 0"),
+    ("write_beam_scores=true", "write_beam_scores=true needs return_beams=true"),
+    ("force_decode_length=true", "force_decode_length=True is not implemented"),
+    ("num_decodes=3", "num_decodes=3 is not implemented.*decoded once"),
+    ("skip_eos_postprocess=true", "skip_eos_postprocess=True is not implemented"),
+])
+def test_bad_decode_hparams_are_refused_at_construction(overrides, message):
+  with pytest.raises(ValueError, match=message):
+    hp_lib.create_decode_hparams(overrides)
