@@ -1,11 +1,25 @@
 """A training run: T2T's schedules over a Trainer, with checkpoints and summaries.
 
 `output_dir` holds what a run needs to resume and what decoder and exporter read:
-`hparams.json`, `run.json` (problem name, vocabulary sizes, target space),
-checkpoints `ckpt-<step>` kept by `tf.train.CheckpointManager` (TF writes each
-checkpoint completely before it updates the `checkpoint` index, so a kill at
-any moment leaves the index pointing at a loadable one), and TensorBoard logs
-(train in `output_dir`, evaluation in `output_dir/eval`).
+`hparams.json`, `run.json` (problem name, vocabulary sizes, target space, and
+why the last training stopped), checkpoints `ckpt-<step>` kept by
+`tf.train.CheckpointManager`, and TensorBoard logs (train in `output_dir`,
+evaluation in `output_dir/eval`).
+
+TF writes each checkpoint completely before it updates the `checkpoint` state
+file, so a kill at any moment leaves a loadable one. Files damaged or lost
+afterwards are handled on start (see `checkpoints.py`): the newest checkpoint
+that verifies is restored; damaged newer ones are named and moved to
+`output_dir/damaged/`; a lost state file is rebuilt from the checkpoints present;
+and a run never falls back to step 0 while checkpoints exist unless asked to
+(`start_over`, which moves them to `output_dir/replaced-<time>/`). No checkpoint
+file that this run did not write is overwritten.
+
+Training stops at `train_steps`, after `train_seconds` of training wall time
+(a resumed run gets a fresh budget) or on a stop request (SIGTERM, Ctrl-C);
+each stop saves a checkpoint, and `run.json` records `start_step`,
+`stop_reason` and `stop_step`. Under MultiWorkerMirroredStrategy the stop decision is all-reduced
+every step, so all workers stop after the same step.
 """
 
 from __future__ import annotations
@@ -18,26 +32,47 @@ from typing import Callable, Dict, Optional
 
 import tensorflow as tf
 
+from t2t_keras import checkpoints
 from t2t_keras import inputs as inputs_lib
 from t2t_keras.hparams import HParams
 from t2t_keras.training import ModelSpec, Trainer, check_finite
 
 SCHEDULES = ("train", "evaluate", "train_and_evaluate", "continuous_train_and_eval",
              "continuous_eval")
+STOP_REASONS = ("train_steps", "train_seconds", "signal")
+# run.json entries that change from one training invocation to the next.
+_RUN_STATUS_KEYS = ("start_step", "stop_reason", "stop_step")
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-  """Options of a run (T2T's trainer flags)."""
+  """Options of a run (T2T's trainer flags, plus `train_seconds` and `start_over`).
+
+  Raises:
+    ValueError: naming the option, for a value out of range.
+  """
   output_dir: str
   train_steps: int = 250000
-  eval_steps: int = 100
+  eval_steps: int = 100  # 0: the whole dev set
   local_eval_frequency: int = 1000
-  keep_checkpoint_max: int = 20
+  keep_checkpoint_max: int = 20  # 0: keep all
   random_seed: Optional[int] = None
   log_every_steps: int = 100
   log_every_secs: float = 30.0
   eval_timeout_secs: float = 0.0  # continuous_eval: stop when no new checkpoint for this long
+  train_seconds: float = 0.0  # > 0: also stop after this much training wall time
+  start_over: bool = False  # set existing checkpoints aside and train from step 0
+
+  def __post_init__(self):
+    minimum = {"train_steps": 0, "eval_steps": 0, "local_eval_frequency": 1,
+               "keep_checkpoint_max": 0, "log_every_steps": 1, "log_every_secs": 0,
+               "eval_timeout_secs": 0, "train_seconds": 0}
+    for name, low in minimum.items():
+      value = getattr(self, name)
+      if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value!r}.")
+    if not self.output_dir:
+      raise ValueError("output_dir is required.")
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -45,6 +80,11 @@ def write_atomic(path: str, text: str) -> None:
   with tf.io.gfile.GFile(tmp, "w") as f:
     f.write(text)
   tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def _read_json(path: str):
+  with tf.io.gfile.GFile(path) as f:
+    return json.load(f)
 
 
 def save_or_check_run_files(output_dir: str, hparams: HParams, problem_name: str,
@@ -55,13 +95,13 @@ def save_or_check_run_files(output_dir: str, hparams: HParams, problem_name: str
     ValueError: when `output_dir` holds a run with other hparams or problem, naming
       the differing fields: resuming it silently with new values would corrupt it.
   """
-  tf.io.gfile.makedirs(output_dir)
+  if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
+    raise ValueError(f"output_dir {output_dir} is a file, not a directory.")
   run = {"problem": problem_name, **dataclasses.asdict(spec)}
   hparams_path = os.path.join(output_dir, "hparams.json")
   run_path = os.path.join(output_dir, "run.json")
   if tf.io.gfile.exists(hparams_path):
-    with tf.io.gfile.GFile(hparams_path) as f:
-      old = json.load(f)
+    old = _read_json(hparams_path)
     new = hparams.to_dict()
     diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if diff:
@@ -69,13 +109,23 @@ def save_or_check_run_files(output_dir: str, hparams: HParams, problem_name: str
       raise ValueError(
           f"{output_dir} holds a run with different hparams ({details}). Use another "
           "--output_dir, or the same --hparams_set/--hparams to resume it.")
+  status = {}
   if tf.io.gfile.exists(run_path):
-    with tf.io.gfile.GFile(run_path) as f:
-      old_run = json.load(f)
+    old_run = _read_json(run_path)
+    status = {k: old_run.pop(k) for k in _RUN_STATUS_KEYS if k in old_run}
     if old_run != run:
       raise ValueError(f"{output_dir} holds a run of {old_run}, not {run}. Use another "
                        "--output_dir.")
+  tf.io.gfile.makedirs(output_dir)
   write_atomic(hparams_path, hparams.to_json())
+  write_atomic(run_path, json.dumps({**run, **status}, indent=2, sort_keys=True))
+
+
+def record_stop(output_dir: str, reason: str, start_step: int, step: int) -> None:
+  """Records in run.json from which step the last training ran, to which and why it stopped."""
+  run_path = os.path.join(output_dir, "run.json")
+  run = _read_json(run_path) if tf.io.gfile.exists(run_path) else {}
+  run.update(start_step=start_step, stop_reason=reason, stop_step=step)
   write_atomic(run_path, json.dumps(run, indent=2, sort_keys=True))
 
 
@@ -88,10 +138,10 @@ def load_run_files(output_dir: str):
         f"t2t_keras_trainer --output_dir={output_dir} ...")
   with tf.io.gfile.GFile(hparams_path) as f:
     hparams = HParams.from_json(f.read())
-  with tf.io.gfile.GFile(os.path.join(output_dir, "run.json")) as f:
-    run = json.load(f)
+  run = _read_json(os.path.join(output_dir, "run.json"))
   problem = run.pop("problem")
-  return hparams, problem, ModelSpec(**run)
+  fields = {f.name for f in dataclasses.fields(ModelSpec)}
+  return hparams, problem, ModelSpec(**{k: v for k, v in run.items() if k in fields})
 
 
 class Experiment:
@@ -103,42 +153,121 @@ class Experiment:
     train_pattern / eval_pattern: TFRecord globs of the train and dev splits.
     log: a function taking one line of progress text.
     eval_hook: optional callable(step) -> dict of extra eval scalars (e.g. BLEU).
+    stop_signals: optional object whose `requested` attribute becomes true to
+      stop training after the current step (see stopping.StopSignals).
+    clock: seconds, monotonic; measures `train_seconds` (tests pass a fake one).
   """
 
   def __init__(self, trainer: Trainer, config: RunConfig, train_pattern: Optional[str],
                eval_pattern: Optional[str], log: Callable[[str], None] = print,
-               eval_hook: Optional[Callable[[int], Dict[str, float]]] = None):
+               eval_hook: Optional[Callable[[int], Dict[str, float]]] = None,
+               stop_signals=None, clock: Callable[[], float] = time.monotonic):
     self.trainer = trainer
     self.config = config
     self.train_pattern = train_pattern
     self.eval_pattern = eval_pattern
     self.log = log
     self.eval_hook = eval_hook
+    self.stop_signals = stop_signals
+    self.clock = clock
     strategy = trainer.strategy
     self.is_chief = _is_chief(strategy)
     self.checkpoint = tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)
-    ckpt_dir = config.output_dir if self.is_chief else os.path.join(
+    self.ckpt_dir = config.output_dir if self.is_chief else os.path.join(
         config.output_dir, "tmp_worker_%d" % strategy.cluster_resolver.task_id)
-    self.manager = tf.train.CheckpointManager(self.checkpoint, ckpt_dir,
-                                              max_to_keep=config.keep_checkpoint_max)
+    self._manager = None  # created after restore() has repaired the state file
+    self._written = set()  # checkpoint prefixes this run saved
     self.train_writer = tf.summary.create_file_writer(
-        config.output_dir if self.is_chief else os.path.join(ckpt_dir, "logs"))
+        config.output_dir if self.is_chief else os.path.join(self.ckpt_dir, "logs"))
     self.eval_writer = tf.summary.create_file_writer(os.path.join(config.output_dir, "eval"))
     # Training drops examples longer than max_length, as T2T did; count them.
     self.dropped = tf.Variable(0, dtype=tf.int64, trainable=False, name="dropped_examples")
 
   # -- State -------------------------------------------------------------------
 
-  def restore(self) -> int:
-    """Restores the latest complete checkpoint, if any; returns its step."""
-    latest = tf.train.latest_checkpoint(self.config.output_dir)
+  @property
+  def manager(self) -> tf.train.CheckpointManager:
+    if self._manager is None:
+      self._manager = tf.train.CheckpointManager(
+          self.checkpoint, self.ckpt_dir, max_to_keep=self.config.keep_checkpoint_max or None)
+    return self._manager
+
+  def restore(self, repair: bool = False) -> int:
+    """Restores the newest checkpoint that verifies, if any; returns its step.
+
+    Args:
+      repair: (training) move damaged checkpoints to `output_dir/damaged/`,
+        rebuild a lost `checkpoint` state file, apply `start_over`. Only the
+        chief writes; evaluation never does.
+    Raises:
+      checkpoints.CheckpointError: when checkpoints exist but none loads (and
+        not `start_over`), naming each damaged file.
+    """
+    directory = self.config.output_dir
+    if repair and self.config.start_over:
+      self._set_aside_all()
+      return self.trainer.step
+    latest, damaged = checkpoints.newest_loadable(directory)
+    if damaged and latest is None:
+      raise checkpoints.CheckpointError(
+          f"{directory} holds checkpoints but none is loadable: "
+          f"{checkpoints.describe(damaged)}. Restore the files, or pass --start_over to "
+          f"train from step 0 (existing checkpoints are then moved to {directory}/replaced-"
+          "<time>/), or use another --output_dir.")
+    if damaged:
+      self.log(f"WARNING: damaged or partial checkpoint(s): {checkpoints.describe(damaged)}. "
+               f"Falling back to {latest}, the newest loadable one.")
+    if repair and self.is_chief and latest:
+      self._repair_state(latest, damaged)
     if latest:
       self.checkpoint.restore(latest).assert_existing_objects_matched()
       self.log(f"Restored {latest} at step {self.trainer.step}.")
     return self.trainer.step
 
+  def _repair_state(self, latest: str, damaged) -> None:
+    directory = self.config.output_dir
+    for bad in damaged:
+      moved = checkpoints.move_aside(bad.prefix, os.path.join(directory, "damaged"))
+      self.log(f"Moved the files of damaged checkpoint {os.path.basename(bad.prefix)} to "
+               f"{os.path.join(directory, 'damaged')} ({len(moved)} files); training "
+               f"continues from {os.path.basename(latest)}.")
+    state = checkpoints.read_state(directory)
+    named = state and checkpoints._absolute(directory, state.model_checkpoint_path)
+    if damaged or named != latest:
+      present = sorted(checkpoints.find_checkpoints(directory), key=checkpoints.checkpoint_step)
+      present = [p for p in present if checkpoints.checkpoint_step(p) <=
+                 checkpoints.checkpoint_step(latest)]
+      checkpoints.write_state(directory, present)
+      why = ("has no usable `checkpoint` state file" if state is None else
+             f"had a `checkpoint` state file naming {named}")
+      self.log(f"{directory} {why}; rewrote it from the checkpoints present "
+               f"({', '.join(os.path.basename(p) for p in present)}).")
+
+  def _set_aside_all(self) -> None:
+    directory = self.config.output_dir
+    found = checkpoints.find_checkpoints(directory)
+    if not found or not self.is_chief:
+      return
+    target = os.path.join(directory, time.strftime("replaced-%Y%m%d-%H%M%S", time.gmtime()))
+    for prefix in found:
+      checkpoints.move_aside(prefix, target)
+    state = os.path.join(directory, "checkpoint")
+    if tf.io.gfile.exists(state):
+      tf.io.gfile.rename(state, os.path.join(target, "checkpoint"), overwrite=True)
+    self.log(f"--start_over: moved {len(found)} existing checkpoint(s) to {target}; "
+             "training starts from step 0.")
+
   def save(self) -> None:
-    path = self.manager.save(checkpoint_number=self.trainer.step)
+    step = self.trainer.step
+    if self.is_chief:
+      prefix = os.path.join(self.ckpt_dir, f"ckpt-{step}")
+      if prefix not in self._written and checkpoints.checkpoint_files(prefix):
+        target = os.path.join(self.config.output_dir, "superseded")
+        checkpoints.move_aside(prefix, target)
+        self.log(f"WARNING: {prefix} exists but was not written by this run; moved its "
+                 f"files to {target} before saving step {step}.")
+    path = self.manager.save(checkpoint_number=step)
+    self._written.add(path)
     if self.is_chief:
       self.log(f"Saved {path}.")
     else:  # Workers must take part in saving, but keep nothing.
@@ -163,51 +292,79 @@ class Experiment:
   # -- Schedules ---------------------------------------------------------------
 
   def train(self, eval_every: bool = False) -> Dict[str, float]:
-    """Trains until `train_steps` updates in total, checkpointing as T2T did."""
+    """Trains until `train_steps`, `train_seconds` or a stop request, checkpointing as T2T.
+
+    Returns:
+      A summary: steps, tokens, wall_time_s, final_loss, flops and stop_reason
+      (one of STOP_REASONS; empty when there was nothing to train).
+    """
     cfg = self.config
-    step = self.restore()
+    step = self.restore(repair=True)
     if step >= cfg.train_steps:
       self.log(f"Step {step} >= --train_steps={cfg.train_steps}: nothing to train.")
       return {}
     iterator = iter(self._distributed(self.train_pattern, "train"))
-    start_step, start_time = step, time.time()
-    last_log_time, last_log_step, tokens, window_tokens = start_time, step, 0.0, 0.0
-    last = {}
-    while step < cfg.train_steps:
+    start_step, start_time, budget_start = step, time.time(), self.clock()
+    self._log_state = (start_time, step, 0.0)  # time, step and tokens of the last log line
+    tokens, last, reason = 0.0, {}, ""
+    while not reason:
       last = self.trainer.train_step(iterator)
       step = self.trainer.step
       check_finite(last, step)
       tokens += last["tokens"]
-      window_tokens += last["tokens"]
-      now = time.time()
-      if (step - last_log_step >= cfg.log_every_steps or now - last_log_time >= cfg.log_every_secs
-          or step == cfg.train_steps):
-        rate = window_tokens / max(now - last_log_time, 1e-9)
-        steps_per_sec = (step - last_log_step) / max(now - last_log_time, 1e-9)
-        eta = (cfg.train_steps - step) / max(steps_per_sec, 1e-9)
-        lr = self.trainer.learning_rate()
-        self.log(f"step {step}/{cfg.train_steps} loss {last['loss']:.4f} lr {lr:.3g} "
-                 f"tokens/s {rate:,.0f} grad_norm {last['grad_norm']:.3f} ETA {_hms(eta)}")
-        with self.train_writer.as_default(step=step):
-          tf.summary.scalar("loss", last["loss"])
-          tf.summary.scalar("learning_rate", lr)
-          tf.summary.scalar("tokens_per_sec", rate)
-          tf.summary.scalar("grad_norm", last["grad_norm"])
-        last_log_time, last_log_step, window_tokens = now, step, 0.0
-      if step % cfg.local_eval_frequency == 0 or step == cfg.train_steps:
+      reason = self._stop_reason(step, budget_start)
+      self._log_progress(step, last, force=bool(reason))
+      if reason or step % cfg.local_eval_frequency == 0:
         self.save()
-        if eval_every:
+        if eval_every and reason != "signal":  # a signalled job may have seconds left
           self.evaluate()
+    if self.is_chief:
+      record_stop(cfg.output_dir, reason, start_step, step)
     wall = time.time() - start_time
     summary = {"steps": step - start_step, "tokens": tokens, "wall_time_s": wall,
-               "final_loss": last.get("loss", float("nan"))}
+               "final_loss": last.get("loss", float("nan")), "stop_reason": reason}
     flops = summary["flops"] = self.trainer.flops_seen
-    self.log(f"Trained {summary['steps']} steps ({step} in total), {tokens:,.0f} tokens "
-             f"(source + target, non-pad) in {_hms(wall)}; final loss {summary['final_loss']:.4f}; "
-             f"estimated training FLOPs {flops:.3e} (matmuls of the padded batches, "
-             f"forward + backward); {int(self.dropped.numpy())} training examples longer than "
-             f"max_length={self.trainer.hparams.max_length} dropped.")
+    why = {"train_steps": f"--train_steps={cfg.train_steps} reached",
+           "train_seconds": f"--train_seconds={cfg.train_seconds:g} used up",
+           "signal": f"stop requested by {getattr(self.stop_signals, 'name', '') or 'a signal'}"}
+    self.log(f"Stopped at step {step} ({why[reason]}). Trained {summary['steps']} steps, "
+             f"{tokens:,.0f} tokens (source + target, non-pad) in {_hms(wall)}; final loss "
+             f"{summary['final_loss']:.4f}; estimated training FLOPs {flops:.3e} (matmuls of "
+             f"the padded batches, forward + backward); {int(self.dropped.numpy())} training "
+             f"examples longer than max_length={self.trainer.hparams.max_length} dropped.")
     return summary
+
+  def _stop_reason(self, step: int, budget_start: float) -> str:
+    """Why training stops after `step` ("" to go on), the same on every worker."""
+    cfg = self.config
+    if step >= cfg.train_steps:
+      return "train_steps"
+    signalled = bool(self.stop_signals is not None and self.stop_signals.requested)
+    timed_out = bool(cfg.train_seconds and self.clock() - budget_start >= cfg.train_seconds)
+    signalled, timed_out = self.trainer.any_worker(signalled, timed_out)
+    return "signal" if signalled else "train_seconds" if timed_out else ""
+
+  def _log_progress(self, step: int, last: Dict[str, float], force: bool) -> None:
+    cfg = self.config
+    last_time, last_step, window_tokens = self._log_state
+    window_tokens += last["tokens"]
+    now = time.time()
+    if not (force or step - last_step >= cfg.log_every_steps or
+            now - last_time >= cfg.log_every_secs):
+      self._log_state = (last_time, last_step, window_tokens)
+      return
+    rate = window_tokens / max(now - last_time, 1e-9)
+    steps_per_sec = (step - last_step) / max(now - last_time, 1e-9)
+    eta = (cfg.train_steps - step) / max(steps_per_sec, 1e-9)
+    lr = self.trainer.learning_rate()
+    self.log(f"step {step}/{cfg.train_steps} loss {last['loss']:.4f} lr {lr:.3g} "
+             f"tokens/s {rate:,.0f} grad_norm {last['grad_norm']:.3f} ETA {_hms(eta)}")
+    with self.train_writer.as_default(step=step):
+      tf.summary.scalar("loss", last["loss"])
+      tf.summary.scalar("learning_rate", lr)
+      tf.summary.scalar("tokens_per_sec", rate)
+      tf.summary.scalar("grad_norm", last["grad_norm"])
+    self._log_state = (now, step, 0.0)
 
   def evaluate(self) -> Dict[str, float]:
     """Evaluates the current model on `eval_steps` dev batches; logs to eval/."""
@@ -228,23 +385,30 @@ class Experiment:
     """Evaluates each new checkpoint until one at `train_steps` is seen."""
     timeout = self.config.eval_timeout_secs or None
     for path in tf.train.checkpoints_iterator(self.config.output_dir, timeout=timeout):
+      try:
+        checkpoints.verify_checkpoint(path)
+      except checkpoints.CheckpointError as e:
+        self.log(f"WARNING: skipping checkpoint {path}: {e}.")
+        continue
       self.checkpoint.restore(path).expect_partial()
       self.evaluate()
       if self.trainer.step >= self.config.train_steps:
         return
 
-  def run(self, schedule: str) -> None:
+  def run(self, schedule: str) -> Dict[str, float]:
+    """Runs `schedule`; returns the training summary (or {} when not training)."""
     if schedule not in SCHEDULES:
       raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}.")
     if schedule == "train":
-      self.train()
-    elif schedule == "evaluate":
+      return self.train()
+    if schedule == "evaluate":
       self.restore()
       self.evaluate()
     elif schedule == "continuous_eval":
       self.continuous_eval()
     else:  # train_and_evaluate, continuous_train_and_eval: evaluate at every checkpoint.
-      self.train(eval_every=True)
+      return self.train(eval_every=True)
+    return {}
 
 
 def _is_chief(strategy) -> bool:
@@ -261,24 +425,43 @@ def _hms(seconds: float) -> str:
   return f"{seconds // 3600}h{seconds // 60 % 60:02d}m{seconds % 60:02d}s"
 
 
-def load_trained_model(output_dir: str, checkpoint_path: Optional[str] = None):
+def load_trained_model(output_dir: str, checkpoint_path: Optional[str] = None,
+                       log: Optional[Callable[[str], None]] = None):
   """Rebuilds the model of a run from hparams.json/run.json and restores weights.
 
   Args:
     output_dir: the training run directory.
-    checkpoint_path: a checkpoint prefix (e.g. an averaged one); default latest.
+    checkpoint_path: a checkpoint prefix (e.g. an averaged one) or a directory of
+      checkpoints; default: the newest loadable checkpoint of `output_dir`.
+    log: receives a warning when newer checkpoints were skipped as damaged.
   Returns:
     (model, hparams, problem_name, spec, checkpoint_path).
+  Raises:
+    checkpoints.CheckpointError: no checkpoint, or an explicit one that is
+      damaged or partial (naming the file).
   """
   from t2t_keras.model import Transformer
   hparams, problem, spec = load_run_files(output_dir)
-  path = checkpoint_path or tf.train.latest_checkpoint(output_dir)
-  if not path:
-    raise FileNotFoundError(
-        f"No checkpoint in {output_dir}: train with t2t_keras_trainer --output_dir="
-        f"{output_dir}, or pass --checkpoint_path.")
-  if not tf.io.gfile.exists(path + ".index"):
-    raise FileNotFoundError(f"Checkpoint {path} does not exist (no {path}.index).")
+  path = checkpoint_path
+  if path and tf.io.gfile.isdir(path):
+    directory, path = path, None
+  else:
+    directory = output_dir
+  if path:
+    try:
+      checkpoints.verify_checkpoint(path)
+    except checkpoints.CheckpointError as e:
+      raise checkpoints.CheckpointError(f"Checkpoint {path} is not usable: {e}.") from None
+  else:
+    path, damaged = checkpoints.newest_loadable(directory)
+    if path is None:
+      detail = f" ({checkpoints.describe(damaged)})" if damaged else ""
+      raise checkpoints.CheckpointError(
+          f"No loadable checkpoint in {directory}{detail}: train with t2t_keras_trainer "
+          f"--output_dir={output_dir}, or pass --checkpoint_path.")
+    if damaged and log is not None:
+      log(f"WARNING: skipped damaged or partial checkpoint(s): "
+          f"{checkpoints.describe(damaged)}; using {path}.")
   model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
                       spec.target_space_id, name="transformer")
   model.build()

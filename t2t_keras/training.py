@@ -109,6 +109,7 @@ class Trainer:
     self.schedule = T2TLearningRateSchedule(hparams, train_steps)
     self._train_fn = None
     self._eval_fn = None
+    self._agree_fn = None
     self.flops_seen = 0.0  # training FLOPs of the updates run by this object
 
   @property
@@ -229,6 +230,30 @@ class Trainer:
 
   def learning_rate(self) -> float:
     return float(self.schedule(self.optimizer.iterations))
+
+  # -- Agreement across workers -------------------------------------------------
+
+  def any_worker(self, *flags: bool) -> tuple:
+    """Each flag OR-ed over all workers, so that every worker takes the same decision.
+
+    One small all-reduce under MultiWorkerMirroredStrategy (every worker must
+    call it at the same point); within one process the flags are already agreed.
+    """
+    if not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+      return tuple(bool(f) for f in flags)
+    if self._agree_fn is None:
+      strategy = self.strategy
+
+      def replica_fn(values):
+        # Every replica contributes its worker's 0/1 flags: a sum > 0 means "some worker".
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
+                                                              values)
+
+      self._agree_fn = tf.function(
+          lambda values: strategy.experimental_local_results(
+              strategy.run(replica_fn, args=(values,)))[0])
+    total = self._agree_fn(tf.constant([float(bool(f)) for f in flags]))
+    return tuple(bool(v > 0.5) for v in total.numpy())
 
 
 

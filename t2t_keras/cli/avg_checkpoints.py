@@ -23,16 +23,27 @@ common_flags.define_once("string", "output_dir", None,
 
 def main(argv):
   del argv
+  import tensorflow as tf
+
   from t2t_keras import avg_checkpoints, experiment
   from t2t_keras.model import Transformer
   if FLAGS.checkpoints:
     paths = [p.strip() for p in FLAGS.checkpoints.split(",") if p.strip()]
   elif FLAGS.prefix and FLAGS.num_last_checkpoints:
-    paths = avg_checkpoints.last_checkpoints(FLAGS.prefix, FLAGS.num_last_checkpoints)
+    try:
+      paths = avg_checkpoints.last_checkpoints(FLAGS.prefix, FLAGS.num_last_checkpoints)
+    except (ValueError, FileNotFoundError) as e:
+      raise app.UsageError(str(e)) from None
   else:
     raise app.UsageError("Give --checkpoints, or --prefix with --num_last_checkpoints.")
+  if tf.io.gfile.isdir(FLAGS.output_path):
+    raise app.UsageError(f"--output_path={FLAGS.output_path} is a directory; give a "
+                         "checkpoint prefix such as <dir>/averaged.ckpt.")
   run_dir = FLAGS.output_dir or FLAGS.prefix or os.path.dirname(paths[0])
-  hparams, _, spec = experiment.load_run_files(run_dir)
+  try:
+    hparams, _, spec = experiment.load_run_files(run_dir)
+  except FileNotFoundError as e:
+    raise app.UsageError(str(e)) from None
   model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
                       spec.target_space_id, name="transformer")
   model.build()
@@ -42,7 +53,7 @@ def main(argv):
 
 
 def run():
-  app.run(main)
+  common_flags.run_cli(main)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,12 @@ define_once("string", "t2t_usr_dir", None, "A directory of modules registering u
 define_once("integer", "train_steps", 250000, "Total optimizer updates to reach.")
 define_once("integer", "eval_steps", 100, "Dev batches per evaluation (0: the whole dev set).")
 define_once("integer", "local_eval_frequency", 1000, "Checkpoint (and evaluate) every N steps.")
+define_once("float", "train_seconds", 0.0,
+            "Also stop after this many seconds of training wall time (0: no limit), saving "
+            "and evaluating as at --train_steps. A resumed run gets a fresh budget.")
+define_once("bool", "start_over", False,
+            "Train from step 0 although --output_dir holds checkpoints: they are moved to "
+            "<output_dir>/replaced-<time>/ (nothing is deleted).")
 define_once("enum", "schedule", "continuous_train_and_eval", "What the trainer runs.",
         enum_values=["train", "evaluate", "train_and_evaluate", "continuous_train_and_eval",
                      "continuous_eval"])
@@ -72,8 +78,12 @@ def load_trained_run():
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
   registry.import_usr_dir(FLAGS.t2t_usr_dir)
-  model, hparams, problem_name, _, path = experiment.load_trained_model(
-      FLAGS.output_dir, FLAGS.checkpoint_path)
+  try:
+    model, hparams, problem_name, _, path = experiment.load_trained_model(
+        FLAGS.output_dir, FLAGS.checkpoint_path,
+        log=lambda line: print(line, file=sys.stderr, flush=True))
+  except FileNotFoundError as e:  # no hparams.json / run.json: not a training run
+    raise app.UsageError(str(e)) from None
   if FLAGS.hparams_set:
     wanted = create_hparams(FLAGS.hparams_set, FLAGS.hparams)
     if wanted != hparams:
@@ -87,3 +97,45 @@ def load_trained_run():
   encoders = problem.feature_encoders(FLAGS.data_dir)
   print(f"Loaded {path} ({problem_name}).", file=sys.stderr, flush=True)
   return model, hparams, problem, encoders
+
+
+def check_output_file(flag: str, path: str) -> None:
+  """Refuses, before any work, an output file path that cannot be written.
+
+  Raises:
+    app.UsageError: `path` is a directory, or its nearest existing parent is not a
+      writable directory.
+  """
+  import os
+
+  from absl import app
+  if os.path.isdir(path):
+    raise app.UsageError(f"--{flag}={path} is a directory; give a file path.")
+  parent = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise app.UsageError(f"--{flag}={path}: {parent} is a file, not a directory.")
+  if not os.access(parent, os.W_OK | os.X_OK):
+    raise app.UsageError(f"--{flag}={path}: {parent} is not writable.")
+
+
+def run_cli(main) -> None:
+  """app.run(main), but a user error (app.UsageError, a damaged checkpoint) prints one
+  line `<program>: error: <message>` and exits with status 2, without the usage text
+  or a traceback; other exceptions keep their traceback (they are bugs)."""
+  import os
+  import sys
+
+  from absl import app
+
+  from t2t_keras import checkpoints
+
+  def wrapped(argv):
+    try:
+      return main(argv)
+    except (app.UsageError, checkpoints.CheckpointError) as e:
+      print(f"{os.path.basename(sys.argv[0])}: error: {e}", file=sys.stderr, flush=True)
+      sys.exit(2)
+
+  app.run(wrapped)

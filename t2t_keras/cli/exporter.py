@@ -26,11 +26,16 @@ def main(argv):
   from t2t_keras import export
   from t2t_keras.hparams import create_decode_hparams
   # decode_hparams are baked into the graph, e.g. 'beam_size=4,alpha=0.6,return_beams=true'.
-  decode_hp = create_decode_hparams(FLAGS.decode_hparams)
+  try:
+    decode_hp = create_decode_hparams(FLAGS.decode_hparams)
+  except ValueError as e:
+    raise app.UsageError(f"--decode_hparams: {e}") from None
+  export_dir = FLAGS.export_dir or os.path.join(FLAGS.output_dir or "", "export")
+  if os.path.exists(export_dir) and not os.path.isdir(export_dir):
+    raise app.UsageError(f"--export_dir={export_dir} is a file, not a directory.")
   model, hparams, problem, encoders = common_flags.load_trained_run()
   vocab_files = {side: os.path.join(FLAGS.data_dir, problem.vocab_filenames[side])
                  for side in ("inputs", "targets")}
-  export_dir = FLAGS.export_dir or os.path.join(FLAGS.output_dir, "export")
   print(f"Exporting with {decode_hp} ...", file=sys.stderr, flush=True)
   target = export.export_saved_model(model, hparams, decode_hp, vocab_files, export_dir,
                                      encoders=encoders)
@@ -38,7 +43,7 @@ def main(argv):
 
 
 def run():
-  app.run(main)
+  common_flags.run_cli(main)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import sys
 
 from absl import app, flags
 
@@ -46,41 +47,58 @@ def main(argv):
   import tensorflow as tf
 
   from data_gen import registry
-  from t2t_keras import experiment, training
-  from t2t_keras.hparams import create_hparams
+  from t2t_keras import experiment, stopping, training
+  from t2t_keras.hparams import create_decode_hparams, create_hparams
+  from t2t_keras.optimization import T2TLearningRateSchedule
 
   strategy = _strategy()
   if FLAGS.random_seed is not None:
     keras.utils.set_random_seed(FLAGS.random_seed)
   registry.import_usr_dir(FLAGS.t2t_usr_dir)
   training.set_mixed_precision(FLAGS.mixed_precision)
-  hparams = create_hparams(FLAGS.hparams_set, FLAGS.hparams)
-  problem = registry.problem(FLAGS.problem, FLAGS.data_dir)
-  encoders = problem.feature_encoders(FLAGS.data_dir)
+  try:  # Every setting is checked before anything is written to --output_dir.
+    hparams = create_hparams(FLAGS.hparams_set, FLAGS.hparams)
+    T2TLearningRateSchedule(hparams, FLAGS.train_steps)  # checks the schedule's factor names
+    config = experiment.RunConfig(
+        output_dir=FLAGS.output_dir, train_steps=FLAGS.train_steps, eval_steps=FLAGS.eval_steps,
+        local_eval_frequency=FLAGS.local_eval_frequency,
+        keep_checkpoint_max=FLAGS.keep_checkpoint_max, random_seed=FLAGS.random_seed,
+        log_every_steps=FLAGS.log_every_steps, train_seconds=FLAGS.train_seconds,
+        start_over=FLAGS.start_over)
+    decode_hp = create_decode_hparams(FLAGS.decode_hparams)
+    problem = registry.problem(FLAGS.problem, FLAGS.data_dir)
+    problem.check_data_dir(FLAGS.data_dir)  # ValueError naming datagen if it did not finish
+    encoders = problem.feature_encoders(FLAGS.data_dir)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
   spec = training.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
                             problem.target_space_id)
-  experiment.save_or_check_run_files(FLAGS.output_dir, hparams, problem.name, spec)
   trainer = training.Trainer(hparams, spec, strategy, FLAGS.train_steps, FLAGS.jit_compile)
-  config = experiment.RunConfig(
-      output_dir=FLAGS.output_dir, train_steps=FLAGS.train_steps, eval_steps=FLAGS.eval_steps,
-      local_eval_frequency=FLAGS.local_eval_frequency,
-      keep_checkpoint_max=FLAGS.keep_checkpoint_max, random_seed=FLAGS.random_seed,
-      log_every_steps=FLAGS.log_every_steps)
+  eval_hook = _bleu_hook(trainer, problem, encoders, decode_hp)
+  try:
+    experiment.save_or_check_run_files(FLAGS.output_dir, hparams, problem.name, spec)
+  except ValueError as e:  # another run's hparams or problem in --output_dir
+    raise app.UsageError(str(e)) from None
   train_pattern = problem.filepattern(FLAGS.data_dir, "train")
   eval_pattern = problem.filepattern(FLAGS.data_dir, "dev")
   if not tf.io.gfile.glob(eval_pattern):
     eval_pattern = None
-  run = experiment.Experiment(trainer, config, train_pattern, eval_pattern,
-                              log=lambda line: print(line, flush=True),
-                              eval_hook=_bleu_hook(trainer, problem, encoders))
   params = trainer.model.count_params()
   print(f"{FLAGS.problem} / {FLAGS.hparams_set}: {params:,} parameters, "
         f"{strategy.num_replicas_in_sync} replica(s), policy "
         f"{keras.mixed_precision.global_policy().name}.", flush=True)
-  run.run(FLAGS.schedule)
+  with stopping.StopSignals() as signals:
+    run = experiment.Experiment(trainer, config, train_pattern, eval_pattern,
+                                log=lambda line: print(line, flush=True), eval_hook=eval_hook,
+                                stop_signals=signals)
+    summary = run.run(FLAGS.schedule)
+  if summary.get("stop_reason") == "signal":
+    print(f"Stopped by {signals.name} at step {trainer.step} with a checkpoint saved; run the "
+          "same command to resume.", flush=True)
+    sys.exit(128 + signals.signum)  # unfinished: `trainer && decoder` does not go on
 
 
-def _bleu_hook(trainer, problem, encoders):
+def _bleu_hook(trainer, problem, encoders, decode_hp):
   """BLEU on the dev source (or --decode_from_file) at each evaluation, as T2T's hook."""
   if not (FLAGS.eval_bleu or FLAGS.decode_from_file):
     return None
@@ -90,8 +108,6 @@ def _bleu_hook(trainer, problem, encoders):
   if reference is None:
     raise app.UsageError("--decode_from_file needs --decode_reference for BLEU in evaluation.")
   from t2t_keras import bleu, decode_text
-  from t2t_keras.hparams import create_decode_hparams
-  decode_hp = create_decode_hparams(FLAGS.decode_hparams)
   return decode_text.make_bleu_hook(trainer.model, trainer.hparams, encoders, decode_hp,
                                     source, reference, max_lines=FLAGS.eval_bleu_max_lines,
                                     # the paper's tokenized BLEU too, where Moses knows the language
@@ -99,7 +115,7 @@ def _bleu_hook(trainer, problem, encoders):
 
 
 def run():
-  app.run(main)
+  common_flags.run_cli(main)
 
 
 if __name__ == "__main__":

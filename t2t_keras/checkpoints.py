@@ -1,0 +1,253 @@
+"""Which checkpoint of a run directory can be trusted, before anything uses it.
+
+A checkpoint `ckpt-<step>` is an index `ckpt-<step>.index` and data shards
+`ckpt-<step>.data-<i>-of-<n>`. The `checkpoint` state file names the newest one.
+A file can go missing or be cut short (disk full, a copy interrupted, a user
+cleaning up); TF then either ignores the run (restarting from step 0 and
+overwriting the old checkpoints) or fails deep inside a restore without naming
+the file. Here:
+
+* `verify_checkpoint` reads the index (TF's table format, parsed below, so that
+  a big checkpoint is checked without reading its data) and requires every data
+  shard to exist with exactly the size the index implies; for checkpoints up to
+  `FULL_READ_BYTES` it also reads every tensor, which checks TF's CRC32C of each.
+* `find_checkpoints` lists the checkpoints of a directory from the state file
+  and from the files present, newest first, so that a lost or stale state file
+  does not hide them.
+* `newest_loadable` picks the newest checkpoint that verifies and says what was
+  wrong with each newer one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import struct
+from typing import Dict, List, Optional, Tuple
+
+import tensorflow as tf
+from tensorflow.core.protobuf import tensor_bundle_pb2
+
+FULL_READ_BYTES = 256 << 20  # read (and CRC-check) every tensor up to this data size
+_TABLE_MAGIC = 0xDB4775248B80FB57
+_FOOTER_BYTES = 48
+_BLOCK_TRAILER_BYTES = 5
+_CKPT_RE = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|data-\d{5}-of-\d{5})$")
+
+
+class CheckpointError(ValueError):
+  """A checkpoint is missing, damaged or partial; the message names the file."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+  prefix: str
+  step: int
+  error: Optional[str]  # None when the checkpoint verified
+
+
+def checkpoint_step(prefix: str) -> int:
+  """The step in a `<name>-<step>` checkpoint prefix (-1 when it has none)."""
+  match = re.search(r"-(\d+)$", prefix)
+  return int(match.group(1)) if match else -1
+
+
+def checkpoint_files(prefix: str) -> List[str]:
+  """The files of checkpoint `prefix` present on disk (index and data shards)."""
+  return sorted(tf.io.gfile.glob(prefix + ".index") +
+                tf.io.gfile.glob(prefix + ".data-?????-of-?????"))
+
+
+def verify_checkpoint(prefix: str, full_read: Optional[bool] = None) -> None:
+  """Checks that checkpoint `prefix` is complete and readable.
+
+  Args:
+    prefix: checkpoint prefix, e.g. `run/ckpt-200`.
+    full_read: read every tensor (checks each CRC32C); default: when the data
+      shards total at most FULL_READ_BYTES.
+  Raises:
+    CheckpointError: naming the missing, short or unreadable file.
+  """
+  index = prefix + ".index"
+  if not tf.io.gfile.exists(index):
+    raise CheckpointError(f"{index} is missing")
+  try:
+    with tf.io.gfile.GFile(index, "rb") as f:
+      num_shards, shard_bytes = _shard_sizes(f.read())
+  except (ValueError, IndexError, struct.error) as e:
+    raise CheckpointError(f"{index} is unreadable ({e})") from None
+  for shard in range(num_shards):
+    path = f"{prefix}.data-{shard:05d}-of-{num_shards:05d}"
+    want = shard_bytes.get(shard, 0)
+    if not tf.io.gfile.exists(path):
+      raise CheckpointError(f"{path} is missing ({want} bytes expected)")
+    got = tf.io.gfile.stat(path).length
+    if got != want:
+      raise CheckpointError(f"{path} has {got} bytes, its index implies {want}")
+  if full_read is None:
+    full_read = sum(shard_bytes.values()) <= FULL_READ_BYTES
+  if full_read:
+    try:
+      reader = tf.train.load_checkpoint(prefix)
+      for name in reader.get_variable_to_shape_map():
+        reader.get_tensor(name)
+    except (tf.errors.OpError, IndexError, ValueError) as e:
+      raise CheckpointError(f"{prefix} does not read back ({_first_line(e)})") from None
+
+
+def find_checkpoints(directory: str) -> List[str]:
+  """Checkpoint prefixes of `directory`, newest step first.
+
+  The union of those named by the `checkpoint` state file (if readable) and of
+  those with any file present, so that neither a lost state file nor a lost
+  index hides a checkpoint.
+  """
+  prefixes = set()
+  state = read_state(directory)
+  if state is not None:
+    prefixes.update(_absolute(directory, p) for p in state.all_model_checkpoint_paths)
+    if state.model_checkpoint_path:
+      prefixes.add(_absolute(directory, state.model_checkpoint_path))
+  for path in tf.io.gfile.glob(os.path.join(directory, "*-*.*")):
+    match = _CKPT_RE.match(path)
+    if match:
+      prefixes.add(match.group("prefix"))
+  prefixes = [p for p in prefixes if checkpoint_files(p)]
+  return sorted(prefixes, key=lambda p: (checkpoint_step(p), p), reverse=True)
+
+
+def read_state(directory: str):
+  """The `checkpoint` state proto of `directory`, or None if absent, empty or garbled."""
+  if not tf.io.gfile.exists(os.path.join(directory, "checkpoint")):
+    return None
+  try:
+    state = tf.train.get_checkpoint_state(directory)
+  except (ValueError, tf.errors.OpError):
+    return None
+  return state if state is not None and state.model_checkpoint_path else None
+
+
+def newest_loadable(directory: str, full_read: Optional[bool] = None
+                    ) -> Tuple[Optional[str], List[Candidate]]:
+  """The newest checkpoint of `directory` that verifies, and the newer bad ones.
+
+  Returns:
+    (prefix or None, [Candidate] for each newer checkpoint that failed, newest first).
+  """
+  damaged = []
+  for prefix in find_checkpoints(directory):
+    try:
+      verify_checkpoint(prefix, full_read)
+    except CheckpointError as e:
+      damaged.append(Candidate(prefix, checkpoint_step(prefix), str(e)))
+      continue
+    return prefix, damaged
+  return None, damaged
+
+
+def describe(damaged: List[Candidate]) -> str:
+  return "; ".join(c.error for c in damaged)
+
+
+def write_state(directory: str, prefixes: List[str]) -> None:
+  """Rewrites the `checkpoint` state file to list `prefixes` (oldest first).
+
+  With their files' times, as CheckpointManager writes them: without times it
+  would treat them as preserved forever and drop them from the list it keeps.
+  """
+  relative = [os.path.relpath(p, directory) if not _is_remote(p) else p for p in prefixes]
+  times = [max(tf.io.gfile.stat(f).mtime_nsec / 1e9 for f in checkpoint_files(p))
+           for p in prefixes]
+  tf.compat.v1.train.update_checkpoint_state(
+      directory, relative[-1], all_model_checkpoint_paths=relative,
+      all_model_checkpoint_timestamps=times, last_preserved_timestamp=min(times) - 1)
+
+
+def move_aside(prefix: str, directory: str) -> List[str]:
+  """Moves the files of checkpoint `prefix` into `directory`; returns their new paths."""
+  tf.io.gfile.makedirs(directory)
+  moved = []
+  for path in checkpoint_files(prefix):
+    target = os.path.join(directory, os.path.basename(path))
+    tf.io.gfile.rename(path, target, overwrite=True)
+    moved.append(target)
+  return moved
+
+
+# -- TF's table format (tensorflow/core/lib/io/table*), uncompressed as written by BundleWriter --
+
+def _shard_sizes(index: bytes) -> Tuple[int, Dict[int, int]]:
+  """(number of data shards, {shard id: bytes its entries span}) from an index file."""
+  if len(index) < _FOOTER_BYTES:
+    raise ValueError(f"{len(index)} bytes, shorter than a table footer")
+  footer = index[-_FOOTER_BYTES:]
+  if struct.unpack("<Q", footer[-8:])[0] != _TABLE_MAGIC:
+    raise ValueError("not a TensorFlow table (bad magic number)")
+  pos = 0
+  for _ in range(2):  # skip the metaindex handle
+    _, pos = _varint(footer, pos)
+  index_offset, pos = _varint(footer, pos)
+  index_size, pos = _varint(footer, pos)
+  num_shards, ends = None, {}
+  for _, handle in _block_entries(_block(index, index_offset, index_size)):
+    offset, p = _varint(handle, 0)
+    size, _ = _varint(handle, p)
+    for key, value in _block_entries(_block(index, offset, size)):
+      if key == b"":
+        header = tensor_bundle_pb2.BundleHeaderProto.FromString(value)
+        num_shards = header.num_shards
+        continue
+      entry = tensor_bundle_pb2.BundleEntryProto.FromString(value)
+      pieces = [entry] if not entry.slices else []  # sliced entries live in their slices' keys
+      for e in pieces:
+        ends[e.shard_id] = max(ends.get(e.shard_id, 0), e.offset + e.size)
+  if num_shards is None:
+    raise ValueError("no bundle header")
+  return num_shards, ends
+
+
+def _block(data: bytes, offset: int, size: int) -> bytes:
+  if offset + size + _BLOCK_TRAILER_BYTES > len(data):
+    raise ValueError("a block runs past the end of the file")
+  if data[offset + size] != 0:
+    raise ValueError("compressed block (not written by TF's BundleWriter)")
+  return data[offset:offset + size]
+
+
+def _block_entries(block: bytes):
+  num_restarts = struct.unpack("<I", block[-4:])[0]
+  limit = len(block) - 4 - 4 * num_restarts
+  pos, key = 0, b""
+  while pos < limit:
+    shared, pos = _varint(block, pos)
+    non_shared, pos = _varint(block, pos)
+    value_len, pos = _varint(block, pos)
+    key = key[:shared] + block[pos:pos + non_shared]
+    pos += non_shared
+    yield key, block[pos:pos + value_len]
+    pos += value_len
+
+
+def _varint(data: bytes, pos: int) -> Tuple[int, int]:
+  result = shift = 0
+  while True:
+    byte = data[pos]
+    pos += 1
+    result |= (byte & 0x7F) << shift
+    if not byte & 0x80:
+      return result, pos
+    shift += 7
+
+
+def _absolute(directory: str, path: str) -> str:
+  return path if os.path.isabs(path) or _is_remote(path) else os.path.join(directory, path)
+
+
+def _is_remote(path: str) -> bool:
+  return "://" in path
+
+
+def _first_line(error: Exception) -> str:
+  text = getattr(error, "message", None) or str(error)
+  return text.strip().splitlines()[0] if text.strip() else type(error).__name__
