@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_keras import beam_search as bs
+from tests import t2t_numpy_decoding as t2t
 
 EOS = 1
 NEG = -bs.INF / 2  # below this a score belongs to an empty slot
@@ -662,3 +663,119 @@ def test_bad_arguments_raise_clear_errors():
   for call, name in cases:
     with pytest.raises(ValueError, match=name):
       call()
+
+
+# ------------------------------------ per-item decode lengths (T2T alone) ---
+def port_fn(table, sos):
+  """The NumPy port's logits_fn for a table item whose first id is `sos`."""
+  def fn(prefix):
+    last = prefix[:, -1] if prefix.shape[1] > 1 else np.full(len(prefix), sos)
+    return table[prefix.shape[1] - 1, last]
+  return fn
+
+
+def assert_equals_port(ids, scores, port_ids, port_scores):
+  """ids `[beam, L]` (no initial id), scores `[beam]` vs the NumPy port's."""
+  width = port_ids.shape[1]
+  np.testing.assert_array_equal(ids[:, :width], port_ids)
+  assert not ids[:, width:].any()
+  real = port_scores > NEG
+  np.testing.assert_array_equal(scores > NEG, real)  # same empty slots
+  np.testing.assert_allclose(scores[real], port_scores[real], rtol=1e-5,
+                             atol=1e-4)
+
+
+def _hand_made_table():
+  """`[5, 6, 6]` log-probs: item A (sos 0) loops on 2, item B (sos 5) on 4.
+
+  A: sos -> 2 (0.6) or EOS (0.3); 2 -> 2 (0.9) or EOS (0.01).
+  B: sos, 4 -> 4 (0.9), 5 (0.08), EOS (1e-6): no EOS is ever among the
+  2 * beam candidates, so nothing of B finishes.
+  """
+  probs = np.full((5, 6, 6), 1e-3)
+  probs[0, 0, [2, EOS]] = [0.6, 0.3]
+  probs[:, 2, [2, EOS]] = [0.9, 0.01]
+  probs[:, 5, [4, 5, EOS]] = [0.9, 0.08, 1e-6]
+  probs[:, 4, [4, 5, EOS]] = [0.9, 0.08, 1e-6]
+  probs /= probs.sum(-1, keepdims=True)
+  return np.log(probs).astype(np.float32)
+
+
+def test_at_cap_nothing_is_forced_hand_made_table():
+  """A loop reaching its cap does not finish; nothing-finished returns alive.
+
+  A (cap 4): the looping [2, 2, 2, 2] would win with a free EOS at the cap
+  (-0.72 / 1.5 > log 0.3); in T2T it stays alive, so the early [EOS] wins
+  with score log p(EOS | sos) / 1. B (cap 3): no EOS ever: the best alive
+  beam [4, 4, 4] is returned without EOS, with its raw log-prob.
+  """
+  table = _hand_made_table()
+  sos, lengths = [0, 5], [4, 3]
+  out = bs.beam_search_with_info(table_fn(table), tf.constant(sos), 2, 5, 6,
+                                 1.0, decode_lengths=tf.constant(lengths))
+  ids, scores = out.ids.numpy()[:, :, 1:], out.scores.numpy()
+  np.testing.assert_array_equal(ids[0, 0], [EOS, 0, 0, 0, 0])
+  np.testing.assert_allclose(scores[0, 0], table[0, 0, EOS], rtol=1e-6)
+  np.testing.assert_array_equal(ids[1, 0], [4, 4, 4, 0, 0])
+  raw = table[0, 5, 4] + table[1, 4, 4] + table[2, 4, 4]
+  np.testing.assert_allclose(scores[1, 0], raw, rtol=1e-6)
+  for b in range(2):
+    port = t2t.t2t_beam_search(port_fn(table, sos[b]), 2, 1.0, lengths[b], 6)
+    assert_equals_port(ids[b], scores[b], *port)
+  # Greedy stops at each row's cap without EOS.
+  g_ids, g_scores = bs.greedy_search(table_fn(table), tf.constant(sos), 5,
+                                     decode_lengths=tf.constant(lengths))
+  np.testing.assert_array_equal(g_ids.numpy()[:, 1:],
+                                [[2, 2, 2, 2, 0], [4, 4, 4, 0, 0]])
+  for b in range(2):
+    port_ids, port_score = t2t.t2t_greedy(port_fn(table, sos[b]), lengths[b])
+    np.testing.assert_array_equal(g_ids.numpy()[b, 1:1 + len(port_ids)],
+                                  port_ids)
+    np.testing.assert_allclose(g_scores.numpy()[b], port_score, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_per_item_decode_lengths_equal_t2t_on_each_item_alone(seed):
+  """One batch, own lengths per item == the NumPy T2T port on each alone.
+
+  Top beam (stop_early, top_beams=1) and n-best (top_beams=beam, T2T's
+  stop_early=False), ids and scores; greedy likewise.
+  """
+  table = random_table(seed, length=9, vocab=8, eos_boost=seed - 2.0)
+  sos, lengths = [0, 2, 3, 4, 5, 6], [1, 3, 5, 9, 7, 2]
+  results = {}
+  for top in (1, 3):
+    out = bs.beam_search_with_info(
+        table_fn(table), tf.constant(sos), 3, 9, 8, 0.6, top_beams=top,
+        decode_lengths=tf.constant(lengths))
+    results[top] = out.ids.numpy()[:, :, 1:], out.scores.numpy()
+  g_ids, g_scores = bs.greedy_search(table_fn(table), tf.constant(sos), 9,
+                                     decode_lengths=tf.constant(lengths))
+  for b in range(len(sos)):
+    fn = port_fn(table, sos[b])
+    top1 = t2t.t2t_beam_search(fn, 3, 0.6, lengths[b], 8, stop_early=True)
+    assert_equals_port(results[1][0][b, :1], results[1][1][b, :1],
+                       top1[0][:1], top1[1][:1])
+    nbest = t2t.t2t_beam_search(fn, 3, 0.6, lengths[b], 8, stop_early=False)
+    assert_equals_port(results[3][0][b], results[3][1][b], *nbest)
+    port_ids, port_score = t2t.t2t_greedy(fn, lengths[b])
+    width = len(port_ids)
+    np.testing.assert_array_equal(g_ids.numpy()[b, 1:1 + width], port_ids)
+    assert not g_ids.numpy()[b, 1 + width:].any()
+    np.testing.assert_allclose(g_scores.numpy()[b], port_score, rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_sample_stops_each_row_at_its_decode_length_without_eos():
+  table = _hand_made_table()
+  table[:, :, EOS] = -30.0  # never drawn
+  table -= np.log(np.exp(table).sum(-1, keepdims=True))  # normalised again
+  lengths = [4, 1, 3]
+  ids, scores = bs.sample(table_fn(table), tf.constant([0, 5, 2]), 5,
+                          temperature=1.0, seed=3,
+                          decode_lengths=tf.constant(lengths))
+  ids = ids.numpy()
+  for b, n in enumerate(lengths):
+    assert np.all(ids[b, 1:1 + n] != EOS) and not ids[b, 1 + n:].any()
+    want = sum(table[s, ids[b, s], ids[b, s + 1]] for s in range(n))
+    np.testing.assert_allclose(scores.numpy()[b], want, rtol=1e-5, atol=1e-6)
