@@ -13,6 +13,7 @@ CONSOLE_SCRIPTS = [
     "t2t_keras_visualize = t2t_keras.cli.visualize:run",
     "t2t_keras_exporter = t2t_keras.cli.exporter:run",
     "t2t_keras_query = t2t_keras.cli.query:run",
+    "t2t_keras_import_checkpoint = t2t_keras.cli.import_checkpoint:run",
 ]
 
 setup(

@@ -1,0 +1,68 @@
+"""t2t_keras_import_checkpoint: a run T2T wrote -> a t2t-keras run directory.
+
+  t2t_keras_import_checkpoint --t2t_output_dir=$T2T_TRAIN --output_dir=$NEW_RUN
+  t2t_keras_decoder --output_dir=$NEW_RUN --data_dir=$NEW_RUN \
+      --decode_from_file=newstest2014.en --decode_to_file=out.de
+  t2t_keras_exporter --output_dir=$NEW_RUN --data_dir=$NEW_RUN
+
+Reads T2T's hparams.json, flags.txt (problem, hparams_set; the flags below
+override them) and the latest checkpoint (or --checkpoint_path); writes
+hparams.json, run.json, the vocabulary, `ckpt-<T2T step>` and
+`trainer_flags.txt` (for `t2t_keras_trainer --flagfile=$NEW_RUN/trainer_flags.txt
+--data_dir=$DATA --train_steps=N` to fine-tune from T2T's step).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("t2t_output_dir", None, "T2T's --output_dir: hparams.json, flags.txt, "
+                    "model.ckpt-<step>.")
+flags.DEFINE_string("checkpoint_path", None, "A T2T checkpoint prefix (default: the latest).")
+flags.DEFINE_string("problem", None, "Default: --problem in T2T's flags.txt.")
+flags.DEFINE_string("hparams_set", None, "Default: T2T's flags.txt. Used when there is no "
+                    "hparams.json, and as the base of the trainer's --hparams.")
+flags.DEFINE_string("hparams", "", "Overrides applied after T2T's hparams.json.")
+flags.DEFINE_string("data_dir", None, "Where the vocabulary is (default: --t2t_output_dir, "
+                    "then T2T's --data_dir).")
+flags.DEFINE_string("output_dir", None, "The new t2t-keras run directory (must not exist).")
+flags.DEFINE_list("ignore_t2t_hparams", [], "T2T hparams to drop although t2t-keras does not "
+                  "implement their value (you accept the difference).")
+flags.DEFINE_integer("target_space_id", None, "Row of T2T's target_space_embedding "
+                     "(default: the problem's).")
+
+
+def main(argv):
+  del argv
+  for name in ("t2t_output_dir", "output_dir"):
+    if not getattr(FLAGS, name):
+      raise app.UsageError(f"--{name} is required.")
+  from t2t_keras import t2t_import
+  try:
+    result = t2t_import.import_t2t_run(
+        FLAGS.t2t_output_dir, FLAGS.output_dir, checkpoint_path=FLAGS.checkpoint_path,
+        problem_name=FLAGS.problem, hparams_set=FLAGS.hparams_set,
+        hparams_overrides=FLAGS.hparams, data_dir=FLAGS.data_dir,
+        ignore_hparams=FLAGS.ignore_t2t_hparams, target_space_id=FLAGS.target_space_id,
+        log=lambda line: print(line, file=sys.stderr, flush=True))
+  except (ValueError, FileNotFoundError) as e:
+    print(f"t2t_keras_import_checkpoint: {e}", file=sys.stderr, flush=True)
+    sys.exit(1)
+  out = result["output_dir"]
+  print(f"Decode:    t2t_keras_decoder --output_dir={out} --data_dir={out} "
+        "--decode_from_file=...", flush=True)
+  print(f"Export:    t2t_keras_exporter --output_dir={out} --data_dir={out}", flush=True)
+  print(f"Fine-tune: t2t_keras_trainer --flagfile={out}/trainer_flags.txt --data_dir=DATA "
+        f"--train_steps={result['global_step']}+N", flush=True)
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()
