@@ -205,12 +205,13 @@ def _t2t_tensors(hp, vocab_in, vocab_out, rng):
   d, f = hp["hidden_size"], hp["filter_size"]
   t = {"transformer/body/target_space_embedding/kernel": rng.normal(size=(32, d))}
   norm_scopes = []
+  has_norm = lambda key: hp[key] != "none" and "n" in hp[key]
 
   def sublayer(scope, body):
     t.update(body)
-    if "n" in hp["layer_preprocess_sequence"]:
+    if has_norm("layer_preprocess_sequence"):
       norm_scopes.append(f"{scope}/layer_prepostprocess/layer_norm")
-    if "n" in hp["layer_postprocess_sequence"]:
+    if has_norm("layer_postprocess_sequence"):
       norm_scopes.append(f"{scope}/layer_postprocess/layer_norm")
 
   attn = lambda s: {f"{s}/multihead_attention/{p}/kernel": rng.normal(size=(d, d)) * d ** -0.5
@@ -228,7 +229,7 @@ def _t2t_tensors(hp, vocab_in, vocab_out, rng):
       if stack == "decoder":
         sublayer(f"{scope}/encdec_attention", attn(f"{scope}/encdec_attention"))
       sublayer(f"{scope}/ffn", ffn(f"{scope}/ffn"))
-    if "n" in hp["layer_preprocess_sequence"]:
+    if has_norm("layer_preprocess_sequence"):
       norm_scopes.append(f"transformer/body/{stack}/layer_prepostprocess/layer_norm")
   for scope in norm_scopes:
     t[f"{scope}/layer_norm_scale"] = 1 + 0.3 * rng.normal(size=d)
