@@ -273,9 +273,25 @@ def _check_aligned(hypotheses: Sequence[str], references: Sequence[str]) -> None
                      f"{len(references)} references; they must be aligned")
 
 
+class _MosesTokenizer(sacremoses.MosesTokenizer):
+  """sacremoses' tokenizer with its two character-class tests on frozen sets.
+
+  sacremoses 0.2.0 rebuilds a set of ~11k alphabetic characters at each call
+  (several per line); same answers, 3000 lines scored in 5 s instead of 29 s.
+  """
+  _ALPHA = frozenset(sacremoses.MosesTokenizer.IsAlpha)
+  _LOWER = frozenset(sacremoses.MosesTokenizer.IsLower)
+
+  def isanyalpha(self, text: str) -> bool:
+    return not self._ALPHA.isdisjoint(text)
+
+  def islower(self, text: str) -> bool:
+    return self._LOWER.issuperset(text)
+
+
 @functools.lru_cache(maxsize=None)
 def _moses_tokenizer(language: str) -> sacremoses.MosesTokenizer:
-  return sacremoses.MosesTokenizer(lang=language)
+  return _MosesTokenizer(lang=language)
 
 
 @functools.lru_cache(maxsize=1)
