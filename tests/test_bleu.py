@@ -383,3 +383,14 @@ def test_bleu_hook_reports_tokenized_bleu(monkeypatch, tmp_path):
   assert scores["bleu"] == pytest.approx(
       bleu.corpus_bleu(["Die E-Mail kam Montag."], ["Die E-Mail kam am Montag."])[0])
   assert set(decode_text.make_bleu_hook(None, None, {}, None, src, ref)(0)) == {"bleu"}
+
+
+def test_fast_tokenizer_matches_sacremoses():
+  import sacremoses
+  rng = random.Random(1)
+  alphabet = list("aZäÖß1.'\"-,&") + [" ", "Dr.", "Nr.", "3.", "usw.", "...", "ПРИ", "и"]
+  lines = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))) for _ in range(200)]
+  for language in ("de", "en"):
+    plain = sacremoses.MosesTokenizer(lang=language)
+    assert [bleu.moses_tokenize(line, language) for line in lines] == \
+        [" ".join(plain.tokenize(line, escape=True)) for line in lines]
