@@ -247,7 +247,7 @@ class Trainer:
       def replica_fn(values):
         # Every replica contributes its worker's 0/1 flags: a sum > 0 means "some worker".
         return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
-                                                              values)
+                                                              tf.identity(values))
 
       self._agree_fn = tf.function(
           lambda values: strategy.experimental_local_results(

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from absl import app, flags
@@ -93,9 +94,11 @@ def main(argv):
                                 stop_signals=signals)
     summary = run.run(FLAGS.schedule)
   if summary.get("stop_reason") == "signal":
-    print(f"Stopped by {signals.name} at step {trainer.step} with a checkpoint saved; run the "
-          "same command to resume.", flush=True)
-    sys.exit(128 + signals.signum)  # unfinished: `trainer && decoder` does not go on
+    who = signals.name or "a signal to another worker"
+    print(f"Stopped by {who} at step {trainer.step} with a checkpoint saved; run the same "
+          "command to resume.", flush=True)
+    # 128 + the signal, as if killed by it: `trainer && decoder` does not go on.
+    sys.exit(128 + (signals.signum or signal.SIGTERM))
 
 
 def _bleu_hook(trainer, problem, encoders, decode_hp):

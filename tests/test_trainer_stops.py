@@ -1,0 +1,149 @@
+"""Training stops: --train_seconds, SIGTERM and Ctrl-C save a checkpoint at the stop.
+
+The signal tests run the real t2t_keras_trainer in a subprocess whose train step
+is slowed by a sleep (tests/scripts/slow_trainer.py), so that a signal sent right after the progress
+line of step k reliably arrives during step k + 1: the run must stop after that
+step with ckpt-(k+1) saved, and a restart must continue from it. The time budget
+is tested in process with a clock that advances one second per step, so the
+expected stop step is exact.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from tests.tiny_problem import make_tiny_problem
+from t2t_keras import checkpoints, experiment
+from t2t_keras.hparams import create_hparams
+from t2t_keras.training import ModelSpec, Trainer, create_strategy
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+HP = "num_hidden_layers=1,hidden_size=16,filter_size=32,num_heads=2,batch_size=128"
+SLOW_TRAINER = os.path.join(REPO, "tests", "scripts", "slow_trainer.py")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  return make_tiny_problem(str(tmp_path_factory.mktemp("stops")), train=200, dev=8)
+
+
+def _args(data_dir, output_dir, train_steps):
+  return ["--problem=translate_from_files", f"--data_dir={data_dir}",
+          f"--output_dir={output_dir}", "--hparams_set=transformer_tiny", f"--hparams={HP}",
+          "--schedule=train", "--log_every_steps=1", "--local_eval_frequency=100",
+          f"--train_steps={train_steps}"]
+
+
+def start_slow(pause, args, env=ENV):
+  """The real trainer CLI in a subprocess, each step followed by `pause` seconds of sleep."""
+  return subprocess.Popen([sys.executable, SLOW_TRAINER, str(pause), *args], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(proc, text, seen, timeout=300):
+  """Reads the merged output until a line contains `text`."""
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    line = proc.stdout.readline()
+    if not line:
+      break
+    seen.append(line)
+    if text in line:
+      return
+  proc.kill()
+  raise AssertionError(f"never saw {text!r}:\n" + "".join(seen[-40:]))
+
+
+def _run_json(output_dir):
+  with open(os.path.join(output_dir, "run.json")) as f:
+    return json.load(f)
+
+
+def test_sigterm_saves_at_the_step_in_flight_and_a_restart_finishes(data_dir, tmp_path):
+  output_dir = str(tmp_path / "run")
+  args = _args(data_dir, output_dir, train_steps=8)
+  proc, seen = start_slow(0.4, args), []
+  try:
+    wait_for(proc, "step 3/8", seen)
+    proc.send_signal(signal.SIGTERM)  # arrives during step 4
+    rest = proc.communicate(timeout=120)[0]
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == 128 + signal.SIGTERM, "".join(seen) + rest
+  latest = tf.train.latest_checkpoint(output_dir)
+  assert latest == os.path.join(output_dir, "ckpt-4")
+  checkpoints.verify_checkpoint(latest, full_read=True)
+  assert _run_json(output_dir)["stop_reason"] == "signal"
+  assert _run_json(output_dir)["stop_step"] == 4
+  with open(latest + ".index", "rb") as f:
+    saved = f.read()
+  out = subprocess.run([sys.executable, "-m", "t2t_keras.cli.trainer", *args], env=ENV,
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  run = _run_json(output_dir)
+  assert (run["start_step"], run["stop_step"], run["stop_reason"]) == (4, 8, "train_steps")
+  assert tf.train.latest_checkpoint(output_dir) == os.path.join(output_dir, "ckpt-8")
+  with open(latest + ".index", "rb") as f:
+    assert f.read() == saved
+
+
+def test_a_second_ctrl_c_stops_at_once_without_saving(data_dir, tmp_path):
+  output_dir = str(tmp_path / "run")
+  proc, seen = start_slow(5.0, _args(data_dir, output_dir, train_steps=50)), []
+  try:
+    wait_for(proc, "step 1/50", seen)
+    proc.send_signal(signal.SIGINT)
+    wait_for(proc, "Received SIGINT", seen)
+    sent = time.time()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    elapsed = time.time() - sent
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == -signal.SIGINT, "".join(seen)
+  assert elapsed < 3.0  # the step in flight sleeps 5 s: it was not finished
+  assert tf.train.latest_checkpoint(output_dir) is None
+
+
+def test_train_seconds_stops_within_one_step_and_resumes_with_a_fresh_budget(data_dir,
+                                                                             tmp_path):
+  from data_gen import registry
+  problem = registry.problem("translate_from_files", data_dir)
+  enc = problem.feature_encoders(data_dir)
+  hp = create_hparams("transformer_tiny", HP)
+  spec = ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
+  output_dir = str(tmp_path / "run")
+  experiment.save_or_check_run_files(output_dir, hp, "translate_from_files", spec)
+  trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=100)
+  lrs = []
+
+  def run(seconds):
+    config = experiment.RunConfig(output_dir=output_dir, train_steps=100, train_seconds=seconds,
+                                  local_eval_frequency=100)
+    exp = experiment.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
+                                log=lambda line: None,
+                                clock=lambda: float(trainer.step))  # one "second" per step
+    summary = exp.run("train")
+    lrs.append(trainer.learning_rate())
+    return summary
+
+  summary = run(4.5)  # 5 steps end at 5 s >= 4.5 s; after 4 steps only 4 s had passed
+  assert summary["stop_reason"] == "train_seconds" and trainer.step == 5
+  assert tf.train.latest_checkpoint(output_dir) == os.path.join(output_dir, "ckpt-5")
+  checkpoints.verify_checkpoint(os.path.join(output_dir, "ckpt-5"), full_read=True)
+  assert _run_json(output_dir)["stop_reason"] == "train_seconds"
+  summary = run(3.0)  # a fresh budget: 3 more steps
+  assert summary["steps"] == 3 and trainer.step == 8
+  assert _run_json(output_dir)["start_step"] == 5
+  # The learning rate is a function of the step, not of the time or the restarts.
+  schedule = Trainer(hp, spec, create_strategy("one_device"), train_steps=100).schedule
+  assert lrs == [pytest.approx(float(schedule(5))), pytest.approx(float(schedule(8)))]
