@@ -1,5 +1,7 @@
-"""Decoding: cached == uncached, batch == alone, XLA == default, n-best scores, CLI."""
+"""Decoding: equals T2T's decode of each sentence alone (NumPy port), cached == uncached,
+batch == alone, XLA == default, n-best scores, CLI."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -11,6 +13,7 @@ import tensorflow as tf
 from t2t_keras import beam_search, decode_text, decoding, experiment
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from t2t_keras.model import Transformer
+from tests import t2t_numpy_decoding as t2t
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
@@ -42,6 +45,108 @@ def _loaded(trained):
   from data_gen import registry
   encoders = registry.problem(problem, data_dir).feature_encoders(data_dir)
   return model, hp, encoders
+
+
+class _PeakyLateEos:
+  """A Transformer whose logits are sharpened and whose EOS logit rises per step.
+
+  `logits * scale + slope * (step - eos_step)` on EOS (and PAD made unlikely),
+  so short caps are reached before anything ends and long ones end on their
+  own. Delegates everything else, so `decode_ids` (cached and uncached) and
+  the NumPy port see the same logits.
+  """
+
+  def __init__(self, model, scale=2.0, eos_step=6.0, slope=4.0):
+    self.model, self.scale, self.eos_step, self.slope = model, scale, eos_step, slope
+
+  def __getattr__(self, name):
+    return getattr(self.model, name)
+
+  def _adjust(self, logits, step):
+    vocab = logits.shape[-1]
+    eos_bias = self.slope * (tf.cast(step, tf.float32) - self.eos_step)
+    return (tf.cast(logits, tf.float32) * self.scale + eos_bias[..., None] * tf.one_hot(1, vocab)
+            - 30.0 * tf.one_hot(0, vocab))
+
+  def decode_step(self, ids, i, cache):
+    logits, cache = self.model.decode_step(ids, i, cache)
+    return self._adjust(logits, i), cache
+
+  def decode(self, targets, encoder_output, encdec_bias, training=None):
+    logits = self.model.decode(targets, encoder_output, encdec_bias, training=training)
+    return self._adjust(logits, tf.range(tf.shape(logits)[1])[None])  # [1, length]
+
+
+@functools.lru_cache(maxsize=None)
+def _traced_full_decode(model):
+  """model.decode traced once for any batch and length (eager calls are slow)."""
+  spec = lambda *shape, dtype=tf.float32: tf.TensorSpec(shape, dtype)
+  return tf.function(lambda t, e, b: model.decode(t, e, b, training=False), input_signature=[
+      spec(None, None, dtype=tf.int32), spec(None, None, None), spec(None, 1, 1, None)])
+
+
+def _port_logits_fn(model, row):
+  """The NumPy port's logits_fn: full decoder pass over the prefix of one sentence."""
+  encoder_output, bias = model.encode(tf.constant(row[None]), training=False)
+  decode = _traced_full_decode(model)
+
+  def fn(prefix):
+    n, t = prefix.shape
+    targets = np.concatenate([prefix[:, 1:], np.zeros([n, 1], prefix.dtype)], 1)
+    logits = decode(tf.constant(targets, tf.int32), tf.repeat(encoder_output, n, 0),
+                    tf.repeat(bias, n, 0))
+    return logits[:, t - 1].numpy()
+
+  return fn
+
+
+def _assert_row_equals_port(ids, scores, port_ids, port_scores):
+  """ids `[beams, L]`, scores `[beams]` vs the port's `[beams, steps]`, `[beams]`."""
+  width = port_ids.shape[1]
+  np.testing.assert_array_equal(ids[:, :width], port_ids)
+  assert not ids[:, width:].any()
+  real = port_scores > -beam_search.INF / 2
+  np.testing.assert_array_equal(scores > -beam_search.INF / 2, real)
+  np.testing.assert_allclose(scores[real], port_scores[real], rtol=1e-5, atol=1e-4)
+
+
+def test_each_sentence_decodes_as_t2t_alone():
+  """Top beam, n-best and greedy, in a batch and alone == NumPy port of T2T alone.
+
+  The cap is each sentence's input length + extra_length = T2T's decode_length
+  for it alone. The model's EOS comes late, so some sentences end on their own
+  (with early stopping), some reach the cap with finished beams, and some reach
+  it with nothing finished (returned without EOS, raw log-prob).
+  """
+  model = _PeakyLateEos(_random_model(overrides=",hidden_size=32,"
+                                      "filter_size=64,num_heads=2")[0])
+  hp = create_hparams("transformer_tiny")
+  lengths, extra, alpha = [2, 3, 4, 6, 8], 4, 0.6
+  x = _inputs(np.random.default_rng(0), 30, lengths)
+  # The n-best run's top beam is T2T's stop_early top beam: once the best finished
+  # score beats the alive bound no later hypothesis can beat it (the top_beams=1
+  # stopping itself is checked against the port in test_beam_search.py).
+  fns = {name: decoding.make_decode_fn(model, create_decode_hparams(
+      f"beam_size={beam},alpha={alpha},extra_length={extra},return_beams=true"), hp)
+         for name, beam in (("nbest", 4), ("greedy", 1))}
+  batch = {name: [t.numpy() for t in fn(tf.constant(x))] for name, fn in fns.items()}
+  kinds = set()
+  for row, n in enumerate(lengths):
+    port_fn, cap = _port_logits_fn(model, x[row, :n]), n + extra
+    top = t2t.t2t_beam_search(port_fn, 4, alpha, cap, 30, stop_early=True)
+    nbest = t2t.t2t_beam_search(port_fn, 4, alpha, cap, 30, stop_early=False)
+    greedy_ids, greedy_score = t2t.t2t_greedy(port_fn, cap)
+    alone = {name: [t.numpy()[0] for t in fn(tf.constant(x[row:row + 1, :n]))]
+             for name, fn in fns.items()}
+    for out in ({name: [t[row] for t in value] for name, value in batch.items()}, alone):
+      _assert_row_equals_port(out["nbest"][0][:1], out["nbest"][1][:1], top[0][:1], top[1][:1])
+      _assert_row_equals_port(*out["nbest"], *nbest)
+      _assert_row_equals_port(*out["greedy"], greedy_ids[None], np.array([greedy_score]))
+    ended = 1 in top[0][0]
+    kinds.add("ended early" if ended and top[0].shape[1] < cap else
+              "ended" if ended else "nothing finished")
+    kinds.add("greedy eos" if 1 in greedy_ids else "greedy at cap")
+  assert kinds == {"ended early", "ended", "nothing finished", "greedy eos", "greedy at cap"}
 
 
 @pytest.mark.parametrize("beam", [1, 3])
