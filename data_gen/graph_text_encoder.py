@@ -20,7 +20,10 @@ Decode reverses it: gather subtoken strings, join, split at `_`, unescape with
 `regex_split` (kept delimiters) + `string_to_number` + `unicode_encode`, and
 put a space between adjacent tokens that start with alphanumeric characters.
 
-Inputs must be valid UTF-8 (else `InvalidArgumentError`).  One corner differs
+`normalize_input` is the twin of `tokenizer.normalize_input` (the one input
+normalisation of decoding and serving) and `is_valid_utf8` flags bad rows, so a
+server can answer them without failing the batch.  `encode` needs valid UTF-8
+(else `InvalidArgumentError`).  One corner differs
 from Python: ids whose `\<n>;` escape names a surrogate code point decode to
 U+FFFD here, where Python returns a lone surrogate (which has no UTF-8 form).
 
@@ -86,6 +89,9 @@ class GraphSubwordEncoder(tf.Module):
     ranges = tokenizer.alphanumeric_ranges()
     self._alnum_starts = tf.constant(ranges[:, 0], tf.int64)
     self._alnum_ends = tf.constant(ranges[:, 1], tf.int64)
+    strip = tokenizer.strip_ranges()
+    self._strip_starts = tf.constant(strip[:, 0], tf.int64)
+    self._strip_ends = tf.constant(strip[:, 1], tf.int64)
     self._wordpiece = tf_text.WordpieceTokenizer(
         self._subtoken_table, suffix_indicator="",
         max_bytes_per_word=2 ** 31 - 1,
@@ -117,6 +123,30 @@ class GraphSubwordEncoder(tf.Module):
     pieces = self._wordpiece.tokenize(tokens)  # [num_tokens, (pieces)]
     return tf.RaggedTensor.from_row_lengths(
         pieces, tokens_per_row, validate=False).merge_dims(1, 2)
+
+  def normalize_input(self, strings: tf.Tensor) -> tf.Tensor:
+    """`tokenizer.normalize_input` in-graph: strips white space, control and format
+    characters (`tokenizer.strip_ranges()`) at both ends of each row.
+
+    Args:
+      strings: `tf.string` `[batch]`, valid UTF-8.
+
+    Returns:
+      `tf.string` `[batch]`.
+    """
+    code_points = tf.strings.unicode_decode(strings, "UTF-8", errors="strict")
+    cp = tf.cast(code_points.flat_values, tf.int64)
+    i = tf.searchsorted(self._strip_starts, cp, side="right") - 1
+    strip = tf.logical_and(i >= 0, cp < tf.gather(self._strip_ends, tf.maximum(i, 0)))
+    rows = code_points.value_rowids()
+    pos = tf.range(tf.size(cp, out_type=tf.int64)) - tf.gather(code_points.row_starts(), rows)
+    n = code_points.nrows()
+    big = tf.int64.max
+    first = tf.math.unsorted_segment_min(tf.where(strip, big, pos), rows, n)
+    last = tf.math.unsorted_segment_max(tf.where(strip, tf.constant(-1, tf.int64), pos), rows, n)
+    keep = tf.logical_and(pos >= tf.gather(first, rows), pos <= tf.gather(last, rows))
+    kept = tf.ragged.boolean_mask(code_points, code_points.with_flat_values(keep))
+    return tf.strings.unicode_encode(kept, "UTF-8")
 
   def decode(self, ids, cut_at_eos: bool = False) -> tf.Tensor:
     """Decodes subtoken ids to text, as `SubwordTextEncoder.decode`.
@@ -204,6 +234,14 @@ class GraphSubwordEncoder(tf.Module):
     return tf.where(cp == ord("\\"), "\\\\",
                     tf.where(cp == ord("_"), "\\u",
                              tf.where(in_alphabet, char, numeric)))
+
+
+def is_valid_utf8(strings: tf.Tensor) -> tf.Tensor:
+  """bool, same shape as `tf.string` `strings`: True where the bytes are valid UTF-8
+  (as Python's `bytes.decode("utf-8")` accepts: no overlongs, no surrogates)."""
+  fixed = tf.strings.unicode_transcode(strings, "UTF-8", "UTF-8", errors="replace",
+                                       replacement_char=0xFFFD)
+  return tf.equal(fixed, strings)
 
 
 def _before_first(ids: tf.RaggedTensor, value: int) -> tf.RaggedTensor:

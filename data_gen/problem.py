@@ -78,7 +78,8 @@ class Problem:
 
     Requires the train and dev splits; see `manifest.check_data_dir`.
     """
-    return manifest_lib.check_data_dir(data_dir, self.name, (DatasetSplit.TRAIN, DatasetSplit.EVAL),
+    return manifest_lib.check_data_dir(data_dir, self.name,
+                                       (DatasetSplit.TRAIN, DatasetSplit.EVAL),
                                        verify_checksums=verify_checksums)
 
   def filepattern(self, data_dir: str, split: str) -> str:

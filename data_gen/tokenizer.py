@@ -44,6 +44,52 @@ def _alphanumeric_set() -> frozenset:
       chr(c) for start, end in alphanumeric_ranges() for c in range(start, end))
 
 
+# Cf characters that carry meaning at the start of a number (prepended
+# concatenation marks); every other Cf character is invisible formatting.
+_PREPENDED_MARKS = frozenset([0x600, 0x601, 0x602, 0x603, 0x604, 0x605, 0x6DD, 0x70F,
+                              0x890, 0x891, 0x8E2, 0x110BD, 0x110CD])
+
+
+def _is_strippable(code_point: int) -> bool:
+  char = chr(code_point)
+  category = unicodedata.category(char)
+  return (char.isspace() or category == "Cc"
+          or (category == "Cf" and code_point not in _PREPENDED_MARKS))
+
+
+@functools.lru_cache(maxsize=None)
+def strip_ranges() -> np.ndarray:
+  """Code point ranges `int64 [num_ranges, 2]` (`[start, end)`) that `normalize_input` strips.
+
+  White space (`str.isspace`: tab, CR, U+00A0, U+2028, U+3000, ...), control
+  characters (Cc, e.g. NUL) and invisible format characters (Cf, e.g. U+200B
+  zero-width space, U+FEFF byte order mark; not the prepended number marks).
+  The in-graph twin (`GraphSubwordEncoder.normalize_input`) uses these ranges.
+  """
+  flags = np.zeros(sys.maxunicode + 2, dtype=np.int8)
+  for i in range(sys.maxunicode + 1):
+    if _is_strippable(i):
+      flags[i] = 1
+  edges = np.flatnonzero(np.diff(np.concatenate([[0], flags])))
+  return edges.reshape(-1, 2).astype(np.int64)
+
+
+@functools.lru_cache(maxsize=None)
+def _strip_chars() -> str:
+  return "".join(chr(c) for start, end in strip_ranges() for c in range(start, end))
+
+
+def normalize_input(text: str) -> str:
+  """THE input normalisation of decoding and serving: strip `strip_ranges()` at both ends.
+
+  Inner characters are kept (the encoder escapes what its alphabet lacks). A line
+  that normalises to "" is empty: decoders and the SavedModel output "" for it
+  without running the model. T2T's decoder strips lines with `str.strip()`; this
+  also strips control and invisible format characters, in Python and in-graph alike.
+  """
+  return text.strip(_strip_chars())
+
+
 # For `str` patterns, `\w` is exactly "category L* or N*, or `_`" (asserted
 # over every code point in tests/test_tokenizer.py), so runs of `[^\W_]` are
 # T2T's alphanumeric runs; the regex engine finds them far faster than a

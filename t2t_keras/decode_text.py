@@ -1,10 +1,16 @@
-"""Text in, text out: T2T's decode_from_file, scoring, and the BLEU eval hook.
+r"""Text in, text out: T2T's decode_from_file, scoring, and the BLEU eval hook.
 
 Lines are sorted by descending whitespace-token count (T2T's `_get_sorted_inputs`,
 so memory problems show early), decoded in batches, and written back in input
 order: exactly one output line per input line. Empty lines give empty lines
 without running the model. Inputs longer than `max_input_size` subword tokens are
 truncated, counted and reported once.
+
+Inputs are normalised by `tokenizer.normalize_input` (the SavedModel runs its
+in-graph twin, so both agree on every line). Outputs never contain a line break
+or tab (a weak model can emit the escapes `\10;`, `\9;`): each is replaced by a
+space, counted and reported once, so `--decode_to_file` keeps one line per input
+and the tab-separated n-best columns stay intact.
 """
 
 from __future__ import annotations
@@ -16,12 +22,22 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from data_gen import tokenizer
 from t2t_keras import bleu as bleu_lib
 from t2t_keras import decoding
 from t2t_keras.hparams import DecodeHParams, HParams
 from t2t_keras.model import Transformer
 
 DEFAULT_FILE_BATCH_SIZE = 32  # T2T: decode_hparams.batch_size=0 means 32 from a file
+# Characters that break a line (`str.splitlines`) or a tab-separated column; never
+# in an output (export.py removes the same set in-graph).
+OUTPUT_BREAKS = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x85\u2028\u2029"
+_BREAKS_TABLE = {ord(c): " " for c in OUTPUT_BREAKS}
+
+
+def clean_output(text: str) -> str:
+  """`text` with each line break or tab (`OUTPUT_BREAKS`) replaced by a space."""
+  return text.translate(_BREAKS_TABLE)
 
 
 def read_lines(path: str, delimiter: str = "\n") -> List[str]:
@@ -49,10 +65,15 @@ def write_lines_atomic(path: str, lines: Sequence[str]) -> None:
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
-    for line in lines:
-      f.write(line + "\n")
-  os.replace(tmp, path)
+  try:
+    with open(tmp, "w", encoding="utf-8") as f:
+      for line in lines:
+        f.write(line + "\n")
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
 
 
 class TextDecoder:
@@ -80,12 +101,15 @@ class TextDecoder:
     self.score_fn = tf.function(lambda x, y: decoding.score_targets(model, x, y),
                                 input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2)
     self.truncated = 0
+    self.cleaned = 0
 
   @property
   def batch_size(self) -> int:
     return self.decode_hp.batch_size or DEFAULT_FILE_BATCH_SIZE
 
   def _encode(self, text: str, side: str = "inputs") -> List[int]:
+    if side == "inputs":
+      text = tokenizer.normalize_input(text)
     ids = self.encoders[side].encode(text)
     limit = self.decode_hp.max_input_size
     if side == "inputs" and limit > 0 and len(ids) > limit:
@@ -100,7 +124,12 @@ class TextDecoder:
     return np.array([r + [0] * (length - len(r)) for r in rows], np.int32)
 
   def _format(self, ids: np.ndarray, scores: np.ndarray) -> str:
-    decode = lambda row: self.encoders["targets"].decode(decoding.strip_ids(row))
+    def decode(row):
+      text = self.encoders["targets"].decode(decoding.strip_ids(row))
+      clean = clean_output(text)
+      self.cleaned += clean != text
+      return clean
+
     if not self.decode_hp.return_beams:
       return decode(ids)
     parts = []
@@ -112,9 +141,9 @@ class TextDecoder:
 
   def decode_lines(self, lines: Sequence[str], progress_every_secs: float = 10.0) -> List[str]:
     """One output string per input line, in input order."""
-    self.truncated = 0
+    self.truncated = self.cleaned = 0
     outputs = [""] * len(lines)
-    todo = [i for i, line in enumerate(lines) if line.strip()]
+    todo = [i for i, line in enumerate(lines) if tokenizer.normalize_input(line)]
     # T2T: longest first by whitespace tokens; stable for equal lengths.
     todo.sort(key=lambda i: -len(lines[i].split()))
     encoded = {i: self._encode(lines[i]) for i in todo}
@@ -136,6 +165,9 @@ class TextDecoder:
         self.log(f"Decoded {done}/{len(todo)} lines ({rate:.1f} lines/s, ETA "
                  f"{(len(todo) - done) / max(rate, 1e-9):.0f}s).")
         last = time.time()
+    if self.cleaned:
+      self.log(f"Replaced line breaks/tabs by spaces in {self.cleaned} output(s) (the model "
+               f"emitted escaped newlines or tabs), to keep one line per input.")
     return outputs
 
   def score_pairs(self, sources: Sequence[str], targets: Sequence[str]) -> List[float]:

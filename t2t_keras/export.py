@@ -16,8 +16,19 @@ and renamed, so a poller never sees half a model) with two signatures:
 Input handling (both signatures): an input with no tokens (an empty or
 whitespace-only sentence, or no ids) gives an empty output and score 0 (the
 model is not asked to translate nothing, as in `TextDecoder`); longer inputs
-are cut to `max_input_size` subword tokens (+ EOS). The vocab files are assets
-and `assets.extra/tf_serving_warmup_requests` holds warm-up PredictRequests.
+are cut to `max_input_size` subword tokens (+ EOS). Text inputs get the same
+normalisation as `TextDecoder` (`tokenizer.normalize_input`, in-graph twin), so
+both give the same output for every line. A row that is not valid UTF-8 gets an
+empty output, score 0 and a message in `errors` (tf.string `[batch]`, "" for
+good rows) without failing the batch; an input that is not a `[batch]` vector is
+an InvalidArgumentError saying so. Output text never holds a line break or tab
+(`decode_text.OUTPUT_BREAKS` become spaces, as in `TextDecoder`).
+
+The vocab files are assets and `assets.extra/tf_serving_warmup_requests` holds
+warm-up PredictRequests. Every exported file is readable by others
+(`0o666 & ~umask`, whatever the source files' modes), and temp dirs of killed
+exports (`.tmp-export-<host>-<pid>`) are removed by the next export once their
+process is gone or they are a day old.
 """
 
 from __future__ import annotations
@@ -25,12 +36,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
+import time
 from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
-from data_gen.graph_text_encoder import GraphSubwordEncoder
-from t2t_keras import decoding
+from data_gen.graph_text_encoder import GraphSubwordEncoder, is_valid_utf8
+from data_gen.text_encoder import readable_file_mode
+from t2t_keras import decode_text, decoding
 from t2t_keras.hparams import DecodeHParams, HParams
 from t2t_keras.model import Transformer
 
@@ -41,6 +55,9 @@ TEXT_INPUT_KEY = "inputs"
 EXAMPLE_INPUT_KEY = "input"  # T2T's receiver tensor key
 WARMUP_FILENAME = "tf_serving_warmup_requests"
 WARMUP_SENTENCES = ("Hello world.", "")
+INVALID_UTF8_ERROR = "input is not valid UTF-8; send UTF-8 text"
+_BREAKS_PATTERN = "[%s]" % "".join("\\x{%x}" % ord(c) for c in decode_text.OUTPUT_BREAKS)
+STALE_EXPORT_SECONDS = 24 * 3600
 
 
 def input_cap(decode_hp: DecodeHParams, hparams: HParams) -> int:
@@ -73,7 +90,17 @@ def _ids_to_text(encoder: GraphSubwordEncoder, ids: tf.Tensor) -> tf.Tensor:
   """int32 `[batch, length]` -> tf.string `[batch]`, cut at EOS, PAD dropped."""
   before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1), 0)
   keep = tf.logical_and(before_eos, tf.not_equal(ids, 0))
-  return encoder.decode(tf.ragged.boolean_mask(ids, keep))
+  text = encoder.decode(tf.ragged.boolean_mask(ids, keep))
+  return tf.strings.regex_replace(text, _BREAKS_PATTERN, " ")  # = decode_text.clean_output
+
+
+def _as_batch(values: tf.Tensor, name: str) -> tf.Tensor:
+  """A `[batch]` vector, or InvalidArgumentError naming the signature input."""
+  check = tf.debugging.assert_rank(
+      values, 1, message=f"signature input {name} must be a [batch] vector of strings "
+      "(one per sentence/example), not a matrix or a scalar; got a tensor of another rank")
+  with tf.control_dependencies([check]):
+    return tf.reshape(values, [-1])
 
 
 class ServingModule(tf.Module):
@@ -110,11 +137,12 @@ class ServingModule(tf.Module):
     self.decode_padded = tf.function(
         self._decode, input_signature=[tf.TensorSpec([None, None], tf.int32),
                                        tf.TensorSpec([None], tf.bool)])
+    # Unknown rank, so a server that does not check shapes still reaches the
+    # rank check of `_as_batch` (a clear error, not a shape clash deep inside).
     self.serve_text = tf.function(
-        self._serve_text, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+        self._serve_text, input_signature=[tf.TensorSpec(None, tf.string, name="inputs")])
     self.serve_examples = tf.function(
-        self._serve_examples, input_signature=[tf.TensorSpec([None], tf.string,
-                                                             name="input")])
+        self._serve_examples, input_signature=[tf.TensorSpec(None, tf.string, name="input")])
 
   def _decode(self, ids: tf.Tensor, empty: tf.Tensor):
     """ids int32 `[batch, length]` -> masked (ids, scores) as `decode_ids`."""
@@ -123,8 +151,11 @@ class ServingModule(tf.Module):
     return _mask_empty(out, scores, empty)
 
   def _serve_text(self, inputs: tf.Tensor) -> Dict[str, tf.Tensor]:
-    """tf.string `[batch]` -> {"outputs": tf.string, "scores": float32}."""
-    empty = tf.equal(tf.strings.strip(inputs), "")
+    """tf.string `[batch]` -> {"outputs": tf.string, "scores": float32, "errors": tf.string}."""
+    inputs = _as_batch(inputs, TEXT_INPUT_KEY)
+    valid = is_valid_utf8(inputs)
+    inputs = self.input_encoder.normalize_input(tf.where(valid, inputs, ""))
+    empty = tf.equal(inputs, "")
     pieces = self.input_encoder.encode(inputs)
     empty = tf.logical_or(empty, tf.equal(pieces.row_lengths(), 0))
     ids, scores = self.decode_padded(_truncate_and_add_eos(pieces, self.cap), empty)
@@ -135,10 +166,12 @@ class ServingModule(tf.Module):
     else:
       text = _ids_to_text(self.target_encoder, ids)
     text = tf.where(_expand_like(empty, text), "", text)
-    return {"outputs": text, "scores": scores}
+    errors = tf.where(valid, "", INVALID_UTF8_ERROR)
+    return {"outputs": text, "scores": scores, "errors": errors}
 
   def _serve_examples(self, serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
     """serialized Examples `[batch]` -> {"outputs": int32 ids, "scores": float32}."""
+    serialized = _as_batch(serialized, EXAMPLE_INPUT_KEY)
     parsed = tf.io.parse_example(serialized, {"inputs": tf.io.VarLenFeature(tf.int64)})
     ids = tf.RaggedTensor.from_sparse(parsed["inputs"])
     ids = tf.ragged.boolean_mask(ids, tf.not_equal(ids, 0))
@@ -188,6 +221,54 @@ def _warmup_requests(module: ServingModule, encoders: Dict) -> List:
   return logs
 
 
+def _make_readable(root: str) -> None:
+  """chmod every file to 0o666 & ~umask and dir to 0o777 & ~umask (a vocab written
+  through mkstemp is 0600, and its assets/ copy would be too)."""
+  file_mode = readable_file_mode()
+  dir_mode = file_mode | ((file_mode & 0o444) >> 2)  # x wherever r
+  os.chmod(root, dir_mode)
+  for directory, dirs, files in os.walk(root):
+    for name in dirs:
+      os.chmod(os.path.join(directory, name), dir_mode)
+    for name in files:
+      os.chmod(os.path.join(directory, name), file_mode)
+
+
+def _process_gone(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return True
+  except PermissionError:
+    return False
+  return False
+
+
+def remove_stale_exports(export_dir: str, max_age_secs: float = STALE_EXPORT_SECONDS) -> List[str]:
+  """Removes `.tmp-export-*` dirs of killed exporters; returns their paths.
+
+  A temp dir is removed when it is older than `max_age_secs`, or when it names
+  this host (or no host: older versions) and a process id that no longer runs.
+  Temp dirs of running exporters, here or on another host, are kept.
+  """
+  removed = []
+  host = socket.gethostname()
+  for name in os.listdir(export_dir):
+    match = re.fullmatch(r"\.tmp-export-(?:(.+)-)?([0-9]+)", name)
+    if not match:
+      continue
+    path = os.path.join(export_dir, name)
+    try:
+      old = time.time() - os.stat(path).st_mtime > max_age_secs
+    except FileNotFoundError:
+      continue
+    here = match.group(1) in (None, host)
+    if old or (here and _process_gone(int(match.group(2)))):
+      shutil.rmtree(path, ignore_errors=True)
+      removed.append(path)
+  return removed
+
+
 def make_example(ids: Sequence[int]) -> bytes:
   """Serialized tf.train.Example with int64 `inputs` (T2T's `_make_example`)."""
   feature = {"inputs": tf.train.Feature(int64_list=tf.train.Int64List(value=list(ids)))}
@@ -211,7 +292,8 @@ def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHP
                 for s in ("inputs", "targets")}
   module = ServingModule(model, hparams, decode_hp, vocab_files)
   os.makedirs(export_dir, exist_ok=True)
-  tmp = os.path.join(export_dir, f".tmp-export-{os.getpid()}")
+  remove_stale_exports(export_dir)
+  tmp = os.path.join(export_dir, f".tmp-export-{socket.gethostname()}-{os.getpid()}")
   shutil.rmtree(tmp, ignore_errors=True)
   signatures = {TEXT_SIGNATURE: module.serve_text.get_concrete_function(),
                 EXAMPLE_SIGNATURE: module.serve_examples.get_concrete_function()}
@@ -221,6 +303,7 @@ def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHP
   with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILENAME)) as writer:
     for log in _warmup_requests(module, encoders):
       writer.write(log.SerializeToString())
+  _make_readable(tmp)
   while True:  # never overwrite a version, even with a concurrent exporter
     version = (existing_versions(export_dir) or [0])[-1] + 1
     target = os.path.join(export_dir, str(version))
