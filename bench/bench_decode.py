@@ -17,7 +17,8 @@ compile graph (tf.function) or xla (tf.function(jit_compile=True)). Each dtype
 builds its own model (bfloat16 = Keras' "mixed_bfloat16" policy; logits stay
 float32). Figures are medians over `--repeats` timed runs after one untimed
 warm-up run (which also traces). Output tokens count each sentence up to and
-including its EOS.
+including its EOS, or to its cap (input length + extra_length) where it has
+none: outputs that reach the cap end without EOS, as in T2T.
 
 Run:
   .venv/bin/python bench/bench_decode.py                         # worst case
@@ -148,9 +149,12 @@ def test_case(args, dtype: str) -> Tuple[Transformer, List[np.ndarray]]:
 # -- Timing ---------------------------------------------------------------------------
 
 def output_tokens(ids: np.ndarray) -> int:
-  """Tokens up to and including the first EOS of each row (`ids` `[batch, length]`)."""
+  """Tokens up to and including the first EOS of each row, or up to its last
+  non-pad id if it has none (`ids` `[batch, length]`, 0-padded)."""
   is_eos = ids == decoding.EOS_ID
-  ends = np.where(is_eos.any(1), is_eos.argmax(1) + 1, ids.shape[1])
+  nonzero = ids != 0
+  last = np.where(nonzero.any(1), ids.shape[1] - nonzero[:, ::-1].argmax(1), 0)
+  ends = np.where(is_eos.any(1), is_eos.argmax(1) + 1, last)
   return int(ends.sum())
 
 

@@ -38,10 +38,12 @@ so every item gets exactly T2T's result for it decoded alone with that
 decode_length. Nothing is forced at the last step: an item where no
 hypothesis emitted EOS returns its alive beams without EOS and with raw
 log-probs (as T2T); greedy and sampling rows stop there without EOS.
-Differences, all improvements:
-sequences live in fixed `[.., decode_length + 1]` buffers (XLA friendly);
-n-best output keeps early stopping (`top_beams`, see `beam_search_with_info`);
-cache tensors are gathered once per step instead of twice. When
+Differences, all improvements: per-item lengths and stopping (T2T's
+decode_length and early stopping are batch-wide, so an item's result depended
+on its batch); sequences live in fixed `[.., decode_length + 1]` buffers (XLA
+friendly); `top_beams` picks the stopping criterion (see
+`beam_search_with_info`); cache tensors are gathered once per step instead of
+twice. When
 `vocab_size < 2 * beam_size` the children of the `-INF` placeholder beams get
 selected; here they never count as finished and EOS-ended candidates never
 enter the alive set (T2T let both happen).
