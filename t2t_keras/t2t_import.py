@@ -191,6 +191,19 @@ def load_t2t_weights(model, checkpoint_path: str) -> Dict[str, Any]:
   return {"global_step": step, "assigned": count}
 
 
+def trained_target_spaces(checkpoint_path: str) -> List[int]:
+  """Rows of `target_space_embedding` that T2T's Adam updated (non-zero first moment).
+
+  Adam's sparse update leaves the moments of rows never gathered at zero, so
+  these are the target-space ids T2T trained with ([] without Adam slots).
+  """
+  reader = tf.train.load_checkpoint(checkpoint_path)
+  for name in reader.get_variable_to_shape_map():
+    if name.endswith("target_space_embedding/kernel/Adam"):
+      return [int(i) for i in np.flatnonzero(np.abs(reader.get_tensor(name)).sum(axis=1))]
+  return []
+
+
 # ---------------------------------------------------------------------------
 # A whole run.
 
@@ -253,7 +266,9 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
     data_dir: where the vocabulary is (default: t2t_output_dir, then T2T's --data_dir).
     ignore_hparams: T2T hparams to drop although we do not implement them.
     target_space_id: override the problem's target space id (row of T2T's
-      target_space_embedding; T2T >= 1.5 used 0 for most text problems).
+      target_space_embedding; T2T >= 1.5 used 0 for most text problems). By
+      default the problem's; if T2T's Adam slots show that T2T trained one
+      other row, that row is used and a message says so.
   Returns:
     {"output_dir", "checkpoint", "global_step", "hparams_set", "hparams"}.
   """
@@ -284,8 +299,16 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
       tf.io.gfile.copy(_find_vocab(filename, [data_dir, t2t_output_dir, t2t_data_dir]),
                        os.path.join(tmp, filename))
     encoders = problem.feature_encoders(tmp)
+    if target_space_id is None:
+      target_space_id = problem.target_space_id
+      trained = trained_target_spaces(source) if hp.use_target_space_embedding else []
+      if len(trained) == 1 and trained != [target_space_id]:
+        log(f"T2T trained target-space row {trained[0]}, not {problem.name}'s "
+            f"{target_space_id}: using {trained[0]} (fine-tuning with t2t_keras_trainer "
+            "needs a problem with that target space).")
+        target_space_id = trained[0]
     spec = ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
-                     problem.target_space_id if target_space_id is None else target_space_id)
+                     target_space_id)
     experiment.save_or_check_run_files(tmp, hp, problem.name, spec)
     trainer = Trainer(hp, spec, tf.distribute.get_strategy(), train_steps=1)
     loaded = load_t2t_weights(trainer.model, source)

@@ -89,6 +89,8 @@ def test_imported_run_layout_and_logits_equal_numpy_t2t(imported, loaded):
   assert (hp.hidden_size, hp.filter_size, hp.num_heads, hp.num_hidden_layers) == (16, 8, 2, 2)
   assert (hp.layer_preprocess_sequence, hp.layer_postprocess_sequence) == ("n", "da")
   assert tf.train.latest_checkpoint(run_dir).endswith("ckpt-1")  # T2T's global step
+  # The registered target space is the row T2T's Adam updated.
+  assert t2t_import.trained_target_spaces(str(T2T_RUN / "model.ckpt-1")) == [DE_TOK]
   assert os.path.exists(os.path.join(run_dir, VOCAB)) and "t2t_keras_decoder" in stdout
   inputs = _ids(encoders, [s for s, _ in SENTENCES])
   targets = _ids(encoders, [t for _, t in SENTENCES], "targets")
@@ -251,6 +253,8 @@ def _write_t2t_checkpoint(prefix, tensors, step=7):
             "training/beta2_power": np.float32(0.98)}
   for name in list(tensors)[:3]:
     extras[f"training/{name}/Adam"] = np.zeros_like(tensors[name])
+    if name.endswith("target_space_embedding/kernel"):
+      extras[f"training/{name}/Adam"][3] = 1e-3  # T2T's sparse Adam: only row 3 moved
     extras[f"training/{name}/Adam_1"] = np.zeros_like(tensors[name])
   with tf.Graph().as_default():
     variables = [tf.compat.v1.Variable(np.asarray(v, np.float32) if k != "global_step" else v,
@@ -280,6 +284,7 @@ def test_synthetic_t2t_checkpoint_imports_and_equals_numpy(tmp_path, overrides, 
   model, path, tensors = _import_synthetic(tmp_path, hp_t2t, 20, vocab_out)
   loaded = t2t_import.load_t2t_weights(model, path)
   assert loaded == {"global_step": 7, "assigned": len(tensors)}
+  assert t2t_import.trained_target_spaces(path) == [3]
   if overrides.get("layer_postprocess_sequence") == "dan":
     assert not any("/encoder/layer_prepostprocess" in n for n in tensors)
   else:
