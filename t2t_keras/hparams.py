@@ -72,9 +72,9 @@ class HParams:
   shared_embedding_and_softmax_weights: bool = True
   shared_embedding: bool = False
   multiply_embedding_mode: str = "sqrt_depth"
-  # T2T split the embedding variable into this many `weights_%d` shards: a
-  # checkpoint layout only (same values). One matrix here; read by the T2T
-  # checkpoint importer (`t2t_import.py`) to find the shards.
+  # T2T split the embedding variable into this many `weights_<i>` row shards: a
+  # checkpoint layout only (same values). One matrix here; the T2T checkpoint
+  # importer (`t2t_import.py`) concatenates the shards of a T2T checkpoint.
   symbol_modality_num_shards: int = 16
   use_target_space_embedding: bool = True
   initializer: str = "uniform_unit_scaling"

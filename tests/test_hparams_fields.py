@@ -1,0 +1,407 @@
+"""Every field of HParams and DecodeHParams does something, or is refused.
+
+Each field is accounted for in exactly one of:
+  * REFUSED: a non-default value the project does not implement raises a
+    ValueError naming the field and what is supported;
+  * PROBES: (context overrides, new value, observer); with the context applied,
+    setting the field changes what the observer sees: model variables and
+    outputs, the learning rate, one training step, batching, decode output;
+  * ALLOW_LIST: read where an observer here cannot see it cheaply; each entry
+    names the module that reads it (checked: its source mentions the field) and
+    the test file covering it (checked: it mentions the field).
+A new dataclass field in none of them fails `test_every_field_is_accounted_for`.
+"""
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_keras import decode_text, inputs
+from t2t_keras.hparams import DecodeHParams, HParams, create_hparams
+from t2t_keras.model import Transformer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB = 30
+TINY = "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1"
+LINEAR_LR = "learning_rate_schedule=constant,learning_rate_constant=0.1"
+
+# Fields whose non-default values are refused: (field, value, message fragment).
+REFUSED = {
+    HParams: [
+        ("ffn_layer", "dense_relu_dense_gated", "only 'dense_relu_dense'"),
+        ("self_attention_type", "dot_product_relative", "only 'dot_product'"),
+        ("norm_type", "batch", "only 'layer'"),
+    ],
+    DecodeHParams: [
+        ("force_decode_length", True, "only force_decode_length=False"),
+        ("num_decodes", 2, "only num_decodes=1"),
+        ("skip_eos_postprocess", True, "only skip_eos_postprocess=False"),
+    ],
+}
+
+# field -> (module, text showing where it acts there, test file covering it, why
+# no probe here). The test file must mention the field.
+ALLOW_LIST = {
+    HParams: {
+        # T2T split the embedding into `weights_<i>` shards: a checkpoint layout
+        # only. The importer concatenates the shards it finds; its test writes
+        # checkpoints sharded by this field.
+        "symbol_modality_num_shards": ("t2t_keras/t2t_import.py", "weights_",
+                                       "tests/test_t2t_import.py",
+                                       "names T2T checkpoint variables only"),
+        # adam / lazy_adam / true_adam are the same dense update here (see
+        # optimization.create_optimizer); the names are validated in HParams.
+        "optimizer": ("t2t_keras/hparams.py", "self.optimizer", "tests/test_hparams.py",
+                      "validated names; every choice is Adam"),
+        # Exact equality with the concatenated batch is tested in test_training.
+        "optimizer_multistep_accumulate_steps": (
+            "t2t_keras/training.py", "hparams.optimizer_multistep_accumulate_steps",
+            "tests/test_training.py", "needs a compiled multi-batch step"),
+        # Shuffling order of training batches (seeded shuffle buffer size).
+        "batch_shuffle_size": ("t2t_keras/inputs.py", "batch_shuffle_size",
+                               "tests/test_inputs.py",
+                               "changes only the random order of training batches"),
+    },
+    DecodeHParams: {
+        # The decoder CLI keeps the first N dataset examples (test below).
+        "num_samples": ("t2t_keras/cli/decoder.py", "decode_hp.num_samples",
+                        "tests/test_hparams_fields.py", "read by the decoder CLI only"),
+    },
+}
+
+
+def _encoder():
+  class Words:
+    """Word ids: each lowercase letter a word, ids 2..27; decode joins them."""
+    vocab_size = VOCAB
+
+    def encode(self, text):
+      return [2 + (ord(c) - ord("a")) % (VOCAB - 2) for c in text.replace(" ", "")]
+
+    def decode(self, ids):
+      return " ".join(chr(ord("a") + int(i) - 2) for i in ids)
+  return Words()
+
+
+# -- Observers: hparams -> something comparable --------------------------------
+
+def _tiny_model(hp: HParams):
+  tf.keras.utils.set_random_seed(0)
+  model = Transformer(hp, VOCAB, target_space_id=3, name="t")
+  model.build()
+  rng = np.random.default_rng(0)
+  feats = {"inputs": rng.integers(2, VOCAB, (2, 6)), "targets": rng.integers(2, VOCAB, (2, 5))}
+  return model, feats
+
+
+def observe_model(hp: HParams, _decode_hp=None):
+  """Variable names, shapes and values, and the logits."""
+  model, feats = _tiny_model(hp)
+  return ([(v.path, tuple(v.shape)) for v in model.weights], [v.numpy() for v in model.weights],
+          model(feats, training=False).numpy())
+
+
+def observe_model_training(hp: HParams, _decode_hp=None):
+  """Logits in training mode (seeded dropout)."""
+  model, feats = _tiny_model(hp)
+  tf.keras.utils.set_random_seed(1)
+  return model(feats, training=True).numpy()
+
+
+def observe_schedule(hp: HParams, _decode_hp=None):
+  from t2t_keras.optimization import T2TLearningRateSchedule
+  schedule = T2TLearningRateSchedule(hp, train_steps=2000)
+  return [float(schedule(step)) for step in (0, 1, 10, 60, 100, 150, 400, 1000, 1999)]
+
+
+def observe_training(hp: HParams, _decode_hp=None):
+  """Weights after one update and the optimizer's settings."""
+  from t2t_keras.training import ModelSpec, Trainer, create_strategy
+  strategy = create_strategy("one_device")
+  tf.keras.utils.set_random_seed(0)
+  trainer = Trainer(hp, ModelSpec(VOCAB, VOCAB, 3), strategy, train_steps=100)
+  rng = np.random.default_rng(0)
+  batch = {k: tf.constant(rng.integers(2, VOCAB, (3, 6))) for k in ("inputs", "targets")}
+  grads, num, den, _ = strategy.run(trainer._replica_grads, args=(batch,))
+  strategy.run(trainer._replica_apply, args=(grads, num, den))
+  opt = trainer.optimizer
+  return ([v.numpy() for v in trainer.model.weights],
+          [opt.beta_1, opt.beta_2, opt.epsilon, trainer.accumulate_steps])
+
+
+def observe_batching(hp: HParams, _decode_hp=None, path=None):
+  """Batch shapes of one eval epoch and the batching scheme."""
+  return ([tuple(b["inputs"].shape) + tuple(b["targets"].shape)
+           for b in inputs.make_dataset(path, hp, "eval")],
+          inputs.hparams_to_batching_scheme(hp))
+
+
+_MODELS = {}
+
+
+def observe_finished_beams(hp: HParams, decode_hp: DecodeHParams, path=None):
+  """observe_decoding with EOS tied to the untrained model's favourite token "u"."""
+  return observe_decoding(hp, decode_hp, path, eos_like=2 + ord("u") - ord("a"))
+
+
+def observe_decoding(hp: HParams, decode_hp: DecodeHParams, path=None, eos_like=None):
+  """Decoded lines (as the decoder CLI reads them), log lines and batch count."""
+  if hp not in _MODELS:
+    tf.keras.utils.set_random_seed(0)
+    _MODELS[hp] = Transformer(hp, VOCAB, target_space_id=3)
+    _MODELS[hp].build()
+  model = _MODELS[hp]
+  if eos_like is not None:  # EOS as likely as token `eos_like`: hypotheses finish early.
+    model = Transformer(hp, VOCAB, target_space_id=3)
+    model.build()
+    model.set_weights(_MODELS[hp].get_weights())
+    model.softmax.weights_var[1].assign(model.softmax.weights_var[eos_like])
+  logs, calls = [], []
+  decoder = decode_text.TextDecoder(model, hp, {"inputs": _encoder(), "targets": _encoder()},
+                                    decode_hp, log=logs.append)
+  decode_fn = decoder.decode_fn
+  decoder.decode_fn = lambda x: calls.append(1) or decode_fn(x)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("ab c;d\nef;g h\n")
+  lines = decode_text.read_lines(path, decode_hp.delimiter)
+  return decoder.decode_lines(lines), logs, len(calls)
+
+
+# field -> (context, value, observer): a HParams field is set on create_hparams(
+# "transformer_tiny", TINY + context); a DecodeHParams field on DECODE_BASE + context.
+DECODE_BASE = "beam_size=1,extra_length=3,log_results=false"
+PROBES = {
+    HParams: {
+        "hidden_size": ("", 24, observe_model),
+        "filter_size": ("", 48, observe_model),
+        "num_heads": ("", 4, observe_model),
+        "num_hidden_layers": ("", 2, observe_model),
+        "num_encoder_layers": ("", 2, observe_model),
+        "num_decoder_layers": ("", 2, observe_model),
+        "attention_key_channels": ("", 8, observe_model),
+        "attention_value_channels": ("", 8, observe_model),
+        "layer_preprocess_sequence": ("", "none", observe_model),
+        "layer_postprocess_sequence": ("", "dan", observe_model),
+        "layer_prepostprocess_dropout": ("", 0.5, observe_model_training),
+        "attention_dropout": ("", 0.5, observe_model_training),
+        "relu_dropout": ("", 0.5, observe_model_training),
+        "norm_epsilon": ("", 0.5, observe_model),
+        "pos": ("", "timing_paper", observe_model),
+        "min_timescale": ("", 2.0, observe_model),
+        "max_timescale": ("", 50.0, observe_model),
+        "shared_embedding_and_softmax_weights": ("", False, observe_model),
+        "shared_embedding": ("shared_embedding_and_softmax_weights=false", True,
+                             observe_model),
+        "multiply_embedding_mode": ("", "none", observe_model),
+        "use_target_space_embedding": ("", False, observe_model),
+        "initializer": ("", "orthogonal", observe_model),
+        "initializer_gain": ("", 2.0, observe_model),
+        "learning_rate": ("learning_rate_schedule=legacy", 0.3, observe_schedule),
+        "learning_rate_schedule": ("", "constant*rsqrt_decay", observe_schedule),
+        "learning_rate_decay_scheme": ("learning_rate_schedule=legacy", "sqrt",
+                                       observe_schedule),
+        "learning_rate_constant": ("", 3.0, observe_schedule),
+        "learning_rate_warmup_steps": ("", 50, observe_schedule),
+        "learning_rate_decay_steps": ("learning_rate_schedule=exp_decay,"
+                                      "learning_rate_decay_rate=0.5,"
+                                      "learning_rate_warmup_steps=50", 300, observe_schedule),
+        "learning_rate_decay_rate": ("learning_rate_schedule=legacy,"
+                                     "learning_rate_decay_scheme=exp,"
+                                     "learning_rate_warmup_steps=50", 0.5, observe_schedule),
+        "learning_rate_cosine_cycle_steps": ("learning_rate_schedule=legacy,"
+                                             "learning_rate_decay_scheme=cosine,"
+                                             "learning_rate_warmup_steps=50", 300,
+                                             observe_schedule),
+        "label_smoothing": (LINEAR_LR, 0.3, observe_training),
+        "weight_decay": (LINEAR_LR, 0.5, observe_training),
+        "clip_grad_norm": (LINEAR_LR + ",optimizer_adam_epsilon=10", 1e-3, observe_training),
+        "optimizer_adam_beta1": (LINEAR_LR, 0.5, observe_training),
+        "optimizer_adam_beta2": (LINEAR_LR, 0.5, observe_training),
+        "optimizer_adam_epsilon": (LINEAR_LR, 1.0, observe_training),
+        "batch_size": ("batch_size=64", 32, observe_batching),
+        "max_length": ("batch_size=64", 12, observe_batching),
+        "min_length_bucket": ("batch_size=64", 4, observe_batching),
+        "length_bucket_step": ("batch_size=64", 2.0, observe_batching),
+        "use_fixed_batch_size": ("batch_size=4", True, observe_batching),
+        "eval_drop_long_sequences": ("batch_size=64,max_length=10", True, observe_batching),
+        "max_input_seq_length": ("batch_size=64", 4, observe_batching),
+        "max_target_seq_length": ("batch_size=64", 4, observe_batching),
+        "sampling_method": ("", "random", observe_decoding),
+        "sampling_temp": ("sampling_method=random", 0.3, observe_decoding),
+        "sampling_keep_top_k": ("sampling_method=random", 2, observe_decoding),
+    },
+    DecodeHParams: {
+        "beam_size": ("return_beams=true", 3, observe_decoding),
+        "alpha": ("beam_size=3,return_beams=true,write_beam_scores=true", 2.0,
+                  observe_finished_beams),
+        "extra_length": ("", 5, observe_decoding),
+        "batch_size": ("", 1, observe_decoding),
+        "return_beams": ("beam_size=2", True, observe_decoding),
+        "write_beam_scores": ("return_beams=true", True, observe_decoding),
+        "max_input_size": ("", 2, observe_decoding),
+        "delimiter": ("", ";", observe_decoding),
+        "log_results": ("", True, observe_decoding),
+    },
+}
+
+
+def _field_cases():
+  for cls in (HParams, DecodeHParams):
+    for name, (context, value, observer) in PROBES[cls].items():
+      yield pytest.param(cls, name, context, value, observer, id=f"{cls.__name__}.{name}")
+
+
+def test_every_field_is_accounted_for():
+  for cls in (HParams, DecodeHParams):
+    fields = {f.name for f in dataclasses.fields(cls)}
+    groups = [set(PROBES[cls]), {name for name, _, _ in REFUSED[cls]}, set(ALLOW_LIST[cls])]
+    accounted = set().union(*groups)
+    assert not fields - accounted, (
+        f"{cls.__name__} fields {sorted(fields - accounted)} are neither probed, refused "
+        "nor allow-listed: wire them (and add a probe) or refuse non-default values.")
+    assert not accounted - fields, f"stale names {sorted(accounted - fields)}"
+    assert sum(len(g) for g in groups) == len(accounted), "a field is listed twice"
+
+
+@pytest.mark.parametrize("cls", [HParams, DecodeHParams], ids=lambda c: c.__name__)
+def test_refused_values_name_the_field_and_what_is_supported(cls):
+  for name, value, message in REFUSED[cls]:
+    with pytest.raises(ValueError, match=f"{name}.*{message}"):
+      cls(**{name: value})
+
+
+@pytest.mark.parametrize("cls", [HParams, DecodeHParams], ids=lambda c: c.__name__)
+def test_allow_listed_fields_are_read_and_tested_where_named(cls):
+  for name, (module, evidence, test_file, _) in ALLOW_LIST[cls].items():
+    with open(os.path.join(REPO, module), encoding="utf-8") as f:
+      assert evidence in f.read(), f"{module} has no {evidence!r} ({name})"
+    with open(os.path.join(REPO, test_file), encoding="utf-8") as f:
+      assert name in f.read(), f"{test_file} does not mention {name}"
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+  """An eval shard: 24 examples, inputs of lengths 1..12 and targets of 12..1."""
+  path = str(tmp_path_factory.mktemp("records") / "tiny-dev-00000-of-00001")
+  with tf.io.TFRecordWriter(path) as writer:
+    for i in range(24):
+      ex = {"inputs": list(range(2, 3 + i % 12)), "targets": list(range(2, 14 - i % 12))}
+      feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=v))
+                 for k, v in ex.items()}
+      writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
+                   .SerializeToString())
+  return path
+
+
+def _build(cls, context, changes=None):
+  """(HParams, DecodeHParams) with `context` applied to `cls`'s object, then `changes`."""
+  hp = create_hparams("transformer_tiny", TINY)
+  decode_hp = DecodeHParams().parse(DECODE_BASE)
+  if cls is HParams:
+    hp = hp.parse(context)
+  else:
+    decode_hp = decode_hp.parse(context)
+  if cls is HParams:
+    return hp.replace(**(changes or {})), decode_hp
+  return hp, decode_hp.replace(**(changes or {}))
+
+
+_BASELINES = {}
+
+
+def _observe(cls, observer, context, changes, path):
+  """What `observer` sees; baselines (no changes) are computed once per context."""
+  key = (cls, observer, context, path)
+  if not changes and key in _BASELINES:
+    return _BASELINES[key]
+  hp, decode_hp = _build(cls, context, changes)
+  if observer in (observe_batching, observe_decoding, observe_finished_beams):
+    seen = observer(hp, decode_hp, path=path)
+  else:
+    seen = observer(hp, decode_hp)
+  if not changes:
+    _BASELINES[key] = seen
+  return seen
+
+
+def _same(a, b) -> bool:
+  if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+    return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+  if isinstance(a, dict) and isinstance(b, dict):
+    return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+  if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+    return np.shape(a) == np.shape(b) and np.array_equal(a, b)
+  return a == b
+
+
+@pytest.fixture(scope="module")
+def text_path(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("text") / "in.txt")
+
+
+@pytest.fixture
+def eager_decoding():
+  # Probes decode a few words with a tiny model: running eagerly avoids tracing
+  # a beam search per probe.
+  tf.config.run_functions_eagerly(True)
+  yield
+  tf.config.run_functions_eagerly(False)
+
+
+@pytest.mark.parametrize("cls,name,context,value,observer", list(_field_cases()))
+def test_setting_a_field_changes_what_it_controls(cls, name, context, value, observer,
+                                                 records, eager_decoding, text_path):
+  path = records if observer is observe_batching else text_path
+  base = _build(cls, context)[0 if cls is HParams else 1]
+  assert getattr(base, name) != value, "the probe must set a non-default value"
+  baseline = _observe(cls, observer, context, {}, path)
+  changed = _observe(cls, observer, context, {name: value}, path)
+  assert not _same(baseline, changed), f"{cls.__name__}.{name}={value!r} changed nothing"
+
+
+@pytest.mark.parametrize("observer", [observe_model, observe_model_training,
+                                      observe_training, observe_decoding],
+                         ids=["model", "model_training", "training", "decoding"])
+def test_observers_are_deterministic(observer, eager_decoding, tmp_path):
+  """Without this, every probe above would pass on noise."""
+  first = _observe(HParams, observer, "sampling_method=random", {}, str(tmp_path / "a"))
+  second = _observe(HParams, observer, "sampling_method=random", {}, str(tmp_path / "b"))
+  assert _same(first, second)
+
+
+def test_decoder_cli_num_samples_and_log_results(tmp_path):
+  """num_samples keeps the first N dev examples (and references); log_results logs them."""
+  from data_gen import registry
+  from t2t_keras import experiment
+  from t2t_keras.training import ModelSpec
+  from tests.tiny_problem import make_tiny_problem
+  data_dir = make_tiny_problem(str(tmp_path), train=100, dev=6)
+  encoders = registry.problem("translate_from_files", data_dir).feature_encoders(data_dir)
+  spec = ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size, 0)
+  hp = create_hparams("transformer_tiny", TINY)
+  run_dir = str(tmp_path / "run")
+  experiment.save_or_check_run_files(run_dir, hp, "translate_from_files", spec)
+  model = Transformer(hp, spec.input_vocab_size, spec.target_vocab_size, 0)
+  model.build()  # An untrained model decodes as well as any for this test.
+  tf.train.CheckpointManager(tf.train.Checkpoint(model=model), run_dir, 1).save(1)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+  cmd = [sys.executable, "-m", "t2t_keras.cli.decoder", f"--data_dir={data_dir}",
+         f"--output_dir={run_dir}", "--decode_hparams=num_samples=3,beam_size=1,extra_length=2"]
+  res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+  assert res.returncode == 0, res.stderr[-3000:]
+  stdout = res.stdout.splitlines()
+  assert stdout[3].startswith("BLEU = "), res.stdout  # 3 outputs, then the scores.
+  with open(os.path.join(str(tmp_path), "text", "dev.en"), encoding="utf-8") as f:
+    first = [line.rstrip("\n") for line in f][:3]
+  logged = [line.split("INPUT: ", 1)[1] for line in res.stderr.splitlines()
+            if "Inference results INPUT: " in line]
+  assert sorted(logged) == sorted(first)
+  res = subprocess.run(cmd[:-1] + ["--decode_hparams=num_samples=2,log_results=false",
+                                   f"--decode_from_file={tmp_path}/text/dev.en"],
+                       env=env, capture_output=True, text=True, timeout=300)
+  assert res.returncode != 0 and "num_samples applies to decoding the dataset" in res.stderr
