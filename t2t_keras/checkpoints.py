@@ -24,7 +24,8 @@ import dataclasses
 import os
 import re
 import struct
-from typing import Dict, List, Optional, Tuple
+import time
+from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 from tensorflow.core.protobuf import tensor_bundle_pb2
@@ -173,6 +174,43 @@ def move_aside(prefix: str, directory: str) -> List[str]:
     tf.io.gfile.rename(path, target, overwrite=True)
     moved.append(target)
   return moved
+
+
+def repair(directory: str, latest: str, damaged: List[Candidate],
+           log: Callable[[str], None]) -> None:
+  """Before training resumes from `latest`: moves the `damaged` checkpoints to
+  `directory/damaged/` and rewrites a lost, garbled or stale `checkpoint` state file
+  to list the checkpoints present up to `latest`."""
+  for bad in damaged:
+    moved = move_aside(bad.prefix, os.path.join(directory, "damaged"))
+    log(f"Moved the {len(moved)} file(s) of damaged checkpoint {os.path.basename(bad.prefix)} "
+        f"to {os.path.join(directory, 'damaged')}; training continues from "
+        f"{os.path.basename(latest)}.")
+  state = read_state(directory)
+  named = state and _absolute(directory, state.model_checkpoint_path)
+  if damaged or named != latest:
+    present = [p for p in find_checkpoints(directory)[::-1]
+               if checkpoint_step(p) <= checkpoint_step(latest)]
+    write_state(directory, present)
+    why = ("has no usable `checkpoint` state file" if state is None else
+           f"had a `checkpoint` state file naming {named}")
+    log(f"{directory} {why}; rewrote it from the checkpoints present "
+        f"({', '.join(os.path.basename(p) for p in present)}).")
+
+
+def set_aside_all(directory: str, log: Callable[[str], None]) -> None:
+  """Moves every checkpoint and the state file to `directory/replaced-<UTC time>/`."""
+  found = find_checkpoints(directory)
+  if not found:
+    return
+  target = os.path.join(directory, time.strftime("replaced-%Y%m%d-%H%M%S", time.gmtime()))
+  for prefix in found:
+    move_aside(prefix, target)
+  state = os.path.join(directory, "checkpoint")
+  if tf.io.gfile.exists(state):
+    tf.io.gfile.rename(state, os.path.join(target, "checkpoint"), overwrite=True)
+  log(f"--start_over: moved {len(found)} existing checkpoint(s) to {target}; training starts "
+      "from step 0.")
 
 
 # -- TF's table format (tensorflow/core/lib/io/table*), uncompressed as written by BundleWriter --

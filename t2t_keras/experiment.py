@@ -205,7 +205,8 @@ class Experiment:
     """
     directory = self.config.output_dir
     if repair and self.config.start_over:
-      self._set_aside_all()
+      if self.is_chief:
+        checkpoints.set_aside_all(directory, self.log)
       return self.trainer.step
     latest, damaged = checkpoints.newest_loadable(directory)
     if damaged and latest is None:
@@ -218,44 +219,11 @@ class Experiment:
       self.log(f"WARNING: damaged or partial checkpoint(s): {checkpoints.describe(damaged)}. "
                f"Falling back to {latest}, the newest loadable one.")
     if repair and self.is_chief and latest:
-      self._repair_state(latest, damaged)
+      checkpoints.repair(directory, latest, damaged, self.log)
     if latest:
       self.checkpoint.restore(latest).assert_existing_objects_matched()
       self.log(f"Restored {latest} at step {self.trainer.step}.")
     return self.trainer.step
-
-  def _repair_state(self, latest: str, damaged) -> None:
-    directory = self.config.output_dir
-    for bad in damaged:
-      moved = checkpoints.move_aside(bad.prefix, os.path.join(directory, "damaged"))
-      self.log(f"Moved the files of damaged checkpoint {os.path.basename(bad.prefix)} to "
-               f"{os.path.join(directory, 'damaged')} ({len(moved)} files); training "
-               f"continues from {os.path.basename(latest)}.")
-    state = checkpoints.read_state(directory)
-    named = state and checkpoints._absolute(directory, state.model_checkpoint_path)
-    if damaged or named != latest:
-      present = sorted(checkpoints.find_checkpoints(directory), key=checkpoints.checkpoint_step)
-      present = [p for p in present if checkpoints.checkpoint_step(p) <=
-                 checkpoints.checkpoint_step(latest)]
-      checkpoints.write_state(directory, present)
-      why = ("has no usable `checkpoint` state file" if state is None else
-             f"had a `checkpoint` state file naming {named}")
-      self.log(f"{directory} {why}; rewrote it from the checkpoints present "
-               f"({', '.join(os.path.basename(p) for p in present)}).")
-
-  def _set_aside_all(self) -> None:
-    directory = self.config.output_dir
-    found = checkpoints.find_checkpoints(directory)
-    if not found or not self.is_chief:
-      return
-    target = os.path.join(directory, time.strftime("replaced-%Y%m%d-%H%M%S", time.gmtime()))
-    for prefix in found:
-      checkpoints.move_aside(prefix, target)
-    state = os.path.join(directory, "checkpoint")
-    if tf.io.gfile.exists(state):
-      tf.io.gfile.rename(state, os.path.join(target, "checkpoint"), overwrite=True)
-    self.log(f"--start_over: moved {len(found)} existing checkpoint(s) to {target}; "
-             "training starts from step 0.")
 
   def save(self) -> None:
     step = self.trainer.step

@@ -146,31 +146,37 @@ def _free_ports(n):
   return ports
 
 
-def test_multi_worker_mirrored_two_processes(data_dir, tmp_path):
+def test_multi_worker_mirrored_two_processes_stop_together(data_dir, tmp_path):
+  """Two workers train; SIGTERM to the non-chief alone stops both after the same step,
+  and the chief saves that step (the stop decision is all-reduced every step)."""
   import json
+  from tests.test_trainer_stops import start_slow, wait_for
   ports = _free_ports(2)
   cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
   output_dir = str(tmp_path / "mw")
-  procs = []
+  procs, seen = [], [[], []]
   try:
     for index in range(2):
       env = dict(ENV, TF_CONFIG=json.dumps({"cluster": cluster,
                                             "task": {"type": "worker", "index": index}}))
-      procs.append(subprocess.Popen(
-          _trainer_cmd(data_dir, output_dir, "--train_steps=3", "--local_eval_frequency=3",
-                       "--distribution_strategy=multi_worker_mirrored", "--random_seed=1"),
-          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs = [p.communicate(timeout=400)[0] for p in procs]
+      procs.append(start_slow(0.5, _trainer_cmd(
+          data_dir, output_dir, "--train_steps=50", "--local_eval_frequency=100",
+          "--distribution_strategy=multi_worker_mirrored", "--random_seed=1")[3:], env=env))
+    wait_for(procs[1], "step 2/50", seen[1], timeout=400)
+    procs[1].send_signal(signal.SIGTERM)  # arrives during step 3, on worker 1 only
+    outputs = ["".join(s) + p.communicate(timeout=200)[0] for s, p in zip(seen, procs)]
   finally:
     for p in procs:
       if p.poll() is None:
         p.kill()
         p.wait()
   for p, out in zip(procs, outputs):
-    assert p.returncode == 0, out[-4000:]
+    assert p.returncode == 128 + signal.SIGTERM, out[-4000:]
     assert "2 replica(s)" in out
-    assert "step 3/3" in out
+    assert "step 3/50" in out and "step 4/50" not in out
   assert tf.train.latest_checkpoint(output_dir).endswith("ckpt-3")
+  with open(os.path.join(output_dir, "run.json")) as f:
+    assert json.load(f)["stop_reason"] == "signal"
   assert not os.path.exists(os.path.join(output_dir, "tmp_worker_1", "ckpt-3.index"))
 
 
