@@ -20,20 +20,27 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("t2t_output_dir", None, "T2T's --output_dir: hparams.json, flags.txt, "
-                    "model.ckpt-<step>.")
-flags.DEFINE_string("checkpoint_path", None, "A T2T checkpoint prefix (default: the latest).")
-flags.DEFINE_string("problem", None, "Default: --problem in T2T's flags.txt.")
-flags.DEFINE_string("hparams_set", None, "Default: T2T's flags.txt. Used when there is no "
-                    "hparams.json, and as the base of the trainer's --hparams.")
-flags.DEFINE_string("hparams", "", "Overrides applied after T2T's hparams.json.")
-flags.DEFINE_string("data_dir", None, "Where the vocabulary is (default: --t2t_output_dir, "
-                    "then T2T's --data_dir).")
-flags.DEFINE_string("output_dir", None, "The new t2t-keras run directory (must not exist).")
-flags.DEFINE_list("ignore_t2t_hparams", [], "T2T hparams to drop although t2t-keras does not "
-                  "implement their value (you accept the difference).")
-flags.DEFINE_integer("target_space_id", None, "Row of T2T's target_space_embedding "
-                     "(default: the problem's).")
+
+def _define(kind: str, name: str, default, help_text: str) -> None:
+  """Defines a flag unless another command imported in this process did (same meaning)."""
+  if name not in FLAGS:
+    getattr(flags, "DEFINE_" + kind)(name, default, help_text)
+
+
+_define("string", "t2t_output_dir", None, "T2T's --output_dir: hparams.json, flags.txt, "
+        "model.ckpt-<step>.")
+_define("string", "checkpoint_path", None, "A T2T checkpoint prefix (default: the latest).")
+_define("string", "problem", None, "Default: --problem in T2T's flags.txt.")
+_define("string", "hparams_set", None, "Default: T2T's flags.txt. Used when there is no "
+        "hparams.json, and as the base of the trainer's --hparams.")
+_define("string", "hparams", "", "Overrides applied after T2T's hparams.json.")
+_define("string", "data_dir", None, "Where the vocabulary is (default: --t2t_output_dir, "
+        "then T2T's --data_dir).")
+_define("string", "output_dir", None, "The new t2t-keras run directory (must not exist).")
+_define("list", "ignore_t2t_hparams", [], "T2T hparams to drop although t2t-keras does not "
+        "implement their value (you accept the difference).")
+_define("integer", "target_space_id", None, "Row of T2T's target_space_embedding (default: "
+        "the problem's, or the one row T2T's Adam slots show it trained).")
 
 
 def main(argv):
@@ -57,7 +64,7 @@ def main(argv):
         "--decode_from_file=...", flush=True)
   print(f"Export:    t2t_keras_exporter --output_dir={out} --data_dir={out}", flush=True)
   print(f"Fine-tune: t2t_keras_trainer --flagfile={out}/trainer_flags.txt --data_dir=DATA "
-        f"--train_steps={result['global_step']}+N", flush=True)
+        f"--train_steps=<more than {result['global_step']}>", flush=True)
 
 
 def run():
