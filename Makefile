@@ -7,6 +7,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DING := /usr/share/trans/de-en
 DING_LOCAL := $(WORK)/tmp/usr/share/trans/de-en
+# `make demo` fits this many minutes, counted from when make started (set-up included).
+DEMO_MINUTES ?= 20
+DEMO_START := $(shell date +%s)
 
 .PHONY: install test demo corpora clean-venv
 
@@ -41,7 +44,8 @@ corpora: $(STAMP)
 	fi
 
 demo: corpora
-	$(PY) -m t2t_keras.cli.demo --work_dir=$(WORK)
+	$(PY) -m t2t_keras.cli.demo --work_dir=$(WORK) --budget_minutes=$(DEMO_MINUTES) \
+	  --start_time=$(DEMO_START)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -19,11 +19,15 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 START_UP_LINES = ("All log messages before absl::InitializeLog()", "Could not find cuda drivers",
                   "cpu_feature_guard", "cuInit", "oneDNN custom operations")
 # Imports a command's module (as `python -m t2t_keras.cli.avg_checkpoints` does first),
-# then TensorFlow, runs an op and reports the level TensorFlow was given.
+# then TensorFlow, logs a TensorFlow Python INFO line, runs an op and reports the
+# level TensorFlow was given.
 _CHILD = """
 import os, sys
 import t2t_keras.cli.avg_checkpoints
+import logging
 import tensorflow as tf
+logging.getLogger().setLevel(logging.INFO)  # as absl's app.run does
+tf.get_logger().info("TensorFlow Python INFO line")
 print("sum", int(tf.reduce_sum(tf.ones([3]))))
 print("level", os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
 print("python stderr kept", file=sys.stderr)
@@ -60,6 +64,7 @@ def test_a_command_prints_no_tensorflow_start_up_lines(children):
   assert [line for line in stderr.splitlines()
           if any(s in line for s in START_UP_LINES)] == [], stderr
   assert "python stderr kept" in stderr  # stderr itself is not swallowed
+  assert "TensorFlow Python INFO line" not in stderr
 
 
 def test_the_users_choice_wins(children):
@@ -68,6 +73,7 @@ def test_the_users_choice_wins(children):
   assert "level 0" in stdout  # TensorFlow gets the user's level
   # With every level shown, TensorFlow's own start-up lines are back.
   assert any(s in stderr for s in START_UP_LINES), stderr
+  assert "TensorFlow Python INFO line" in stderr
 
 
 def test_filter_noise_drops_only_start_up_lines():
@@ -99,11 +105,13 @@ def test_install_respects_the_user_and_marks_its_own_setting():
   env = {}
   quiet_logs.install(env, ["prog"])
   assert env == {"TF_CPP_MIN_LOG_LEVEL": "2", "T2T_KERAS_QUIET_TF": "2"}
-  assert quiet_logs.active(env) and not quiet_logs.user_chose(env, ["prog"])
-  # A child of a quieted command stays quiet; --verbosity in the child wins.
+  assert quiet_logs.active(env) and not quiet_logs.user_chose(env)
+  # A child of a quieted command stays quiet; its own --verbosity sets the level.
   child = dict(env)
   quiet_logs.install(child, ["prog", "--verbosity=-1"])
-  assert child == {"TF_CPP_MIN_LOG_LEVEL": "1"}
+  assert child == {"TF_CPP_MIN_LOG_LEVEL": "1", "T2T_KERAS_QUIET_TF": "1"}
+  quiet_logs.install(child, ["prog", "-v", "0"])
+  assert child == {"TF_CPP_MIN_LOG_LEVEL": "0"} and not quiet_logs.active(child)
   # The user's own variable wins over everything, --verbosity included.
   user = {"TF_CPP_MIN_LOG_LEVEL": "3"}
   quiet_logs.install(user, ["prog", "--verbosity=0"])

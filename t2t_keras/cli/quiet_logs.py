@@ -10,11 +10,14 @@ it). `install()` therefore does two things when the user has not chosen:
   process and the processes it starts;
 * imports TensorFlow, and initializes its physical devices (where cuInit is
   called), with file descriptor 2 sent to a temporary file, then writes back
-  every captured line except the known start-up lines above.
+  every captured line except the known start-up lines above;
+* sets TensorFlow's Python logger to WARNING (its INFO lines, such as one per
+  checkpoint saved, are not for a report either).
 
-The user chooses by setting `TF_CPP_MIN_LOG_LEVEL` or by passing absl's
-`--verbosity`/`-v` on the command line (0 or more: TensorFlow logs everything;
--1 warnings and up, -2 errors, -3 fatal only): then nothing is captured.
+The user's `TF_CPP_MIN_LOG_LEVEL` wins, and then nothing is captured; so does
+absl's `--verbosity`/`-v` 0 or more on the command line (TensorFlow logs
+everything). A negative `--verbosity` (-1 warnings and up, -2 errors, -3 fatal
+only) sets TensorFlow's level to match and keeps the start-up lines filtered.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import importlib.abc
 import importlib.util
+import logging
 import os
 import re
 import sys
@@ -71,10 +75,8 @@ def requested_level(argv: Sequence[str]) -> Optional[str]:
   return str(min(3, max(0, -verbosity)))
 
 
-def user_chose(environ: Mapping[str, str], argv: Sequence[str]) -> bool:
-  """Whether the user set TensorFlow's log level (environment or --verbosity)."""
-  if requested_level(argv) is not None:
-    return True
+def user_chose(environ: Mapping[str, str]) -> bool:
+  """Whether the user set TF_CPP_MIN_LOG_LEVEL (not `install` in a parent process)."""
   return LEVEL_VAR in environ and environ.get(MARKER_VAR) != environ[LEVEL_VAR]
 
 
@@ -114,6 +116,9 @@ class _QuietLoader(importlib.abc.Loader):
       # cuInit is called when the physical devices are first listed; listing
       # them does not initialize the runtime (multi-worker set-up still works).
       module.config.list_physical_devices()
+    # TensorFlow's Python INFO lines (e.g. one per checkpoint saved) go the same way
+    # (absl's app.run later lowers the root logger to INFO; this logger keeps WARNING).
+    module.get_logger().setLevel(logging.WARNING)
 
 
 class _QuietFinder(importlib.abc.MetaPathFinder):
@@ -129,22 +134,23 @@ class _QuietFinder(importlib.abc.MetaPathFinder):
 
 
 def install(environ=None, argv: Optional[Sequence[str]] = None) -> None:
-  """Quiets TensorFlow's start-up lines unless the user chose a log level.
+  """Quiets TensorFlow's start-up lines unless the user asked for TensorFlow's logs.
 
-  Must run before TensorFlow is first imported (CLI modules call it from
-  `t2t_keras.cli`'s package import). Idempotent.
+  The user's TF_CPP_MIN_LOG_LEVEL wins; else `--verbosity` 0 or more shows every
+  line (nothing captured); else TensorFlow gets level 2, or the level of a negative
+  `--verbosity` (-1: 1, -3: 3), with the start-up lines filtered. Must run before
+  TensorFlow is first imported (`t2t_keras.cli` calls it on import). Idempotent.
   """
   environ = os.environ if environ is None else environ
   argv = sys.argv if argv is None else argv
+  if user_chose(environ):
+    return
   level = requested_level(argv)
-  if level is not None:
-    if environ.get(MARKER_VAR) == environ.get(LEVEL_VAR):
-      environ.pop(MARKER_VAR, None)
-      environ[LEVEL_VAR] = level  # the user's --verbosity also reaches subprocesses.
+  if level == "0":
+    environ.pop(MARKER_VAR, None)
+    environ[LEVEL_VAR] = level  # also reaches the commands this one starts
     return
-  if user_chose(environ, argv):
-    return
-  environ[LEVEL_VAR] = environ[MARKER_VAR] = QUIET_LEVEL
+  environ[LEVEL_VAR] = environ[MARKER_VAR] = level or QUIET_LEVEL
   if "tensorflow" not in sys.modules and not any(
       isinstance(f, _QuietFinder) for f in sys.meta_path):
     sys.meta_path.insert(0, _QuietFinder())
