@@ -28,7 +28,6 @@ from typing import List, Optional
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-from data_gen import manifest  # noqa: E402
 from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once)
 from t2t_keras.cli import demo_budget, quiet_logs  # noqa: E402
 from t2t_keras.cli.demo_budget import Stage  # noqa: E402
@@ -88,13 +87,14 @@ def main(argv):
   start = FLAGS.start_time or demo_start
   budget_s = FLAGS.budget_minutes * 60
   work = os.path.abspath(FLAGS.work_dir)
-  data, run, decode_dir = (os.path.join(work, d) for d in ("data", "train", "decode"))
+  data, run = os.path.join(work, "data"), os.path.join(work, "train")
   flagfile = f"--flagfile={os.path.abspath(FLAGS.flagfile_path)}"
   stages: List[Stage] = []
   if FLAGS.start_time:
     stages.append(Stage("set-up (virtualenv, corpora)", demo_start - start))
 
   t = _stage("1/7 Data: Ding dictionary sentences + Bible, shared 8k subword vocabulary")
+  from data_gen import manifest
   if not _done(manifest.manifest_path(data, PROBLEM)):  # datagen writes it last
     _run("t2t_keras.cli.datagen", f"--problem={PROBLEM}", f"--data_dir={data}",
          f"--tmp_dir={os.path.join(work, 'tmp')}", "--verbosity=-1")  # its progress lines only
@@ -108,26 +108,11 @@ def main(argv):
   t = _stage("3/7 Averaging the last checkpoints")
   averaged, averaged_steps = _average(run)
   latest = averaged_steps[0]
-  stages.append(Stage("averaging", time.time() - t))
+  stages.append(Stage("averaging", time.time() - t,
+                      "steps " + ", ".join(map(str, averaged_steps))))
 
-  t = _stage("4/7 Decoding the test split with beam search")
-  source = os.path.join(data, f"{PROBLEM}.test.en")
-  reference = os.path.join(data, f"{PROBLEM}.test.de")
-  hypotheses = os.path.join(decode_dir, f"test.from-step-{latest}.de")
-  if not _done(hypotheses):
-    _run("t2t_keras.cli.decoder", flagfile, f"--data_dir={data}", f"--output_dir={run}",
-         f"--checkpoint_path={averaged}", f"--decode_from_file={source}",
-         f"--decode_to_file={hypotheses}")
-  stages.append(Stage("test decoding", time.time() - t, f"{_count_lines(source):,} sentences"))
-
-  t = _stage("5/7 BLEU")
-  from t2t_keras import bleu
-  variant = "all" if "all" in bleu.BLEU_VARIANTS else "both"  # "all" adds the paper's BLEU
-  bleu_out = _run("t2t_keras.cli.bleu", f"--translation={hypotheses}",
-                  f"--reference={reference}", f"--bleu_variant={variant}", "--tokenize=intl",
-                  capture=True)
-  _samples(source, reference, hypotheses, FLAGS.samples)
-  stages.append(Stage("BLEU", time.time() - t))
+  hypotheses, bleu_lines = _decode_and_score(data, run, flagfile, averaged,
+                                              os.path.join(work, "decode"), latest, stages)
 
   t = _stage("6/7 Exporting a SavedModel for TF Serving and translating through it")
   export_dir = os.path.join(work, "export")
@@ -144,13 +129,42 @@ def main(argv):
        "--all_heads", "--layer=0", "--curves", f"--plot_dir={plots}")
   stages.append(Stage("pictures", time.time() - t))
 
-  bleu_lines = [line for line in bleu_out.splitlines() if line.strip()]
+  source = os.path.join(data, f"{PROBLEM}.test.en")
   title = (f"Test BLEU ({_count_lines(source):,} sentences, the average of the checkpoints "
            f"of steps {', '.join(map(str, averaged_steps))})")
   print(demo_budget.format_summary(
       stages, budget_s, steps, stop_reason, bleu_lines,
       {"Translations": hypotheses, "Pictures": plots, "SavedModel": saved_model,
        "Training run": run}, bleu_title=title), flush=True)
+
+
+def _decode_and_score(data: str, run: str, flagfile: str, averaged: str, decode_dir: str,
+                      latest: int, stages: List[Stage]):
+  """Stages 4 and 5: beam-search decoding of the test split, BLEU, samples.
+
+  Returns:
+    (the translations file, the BLEU lines printed).
+  """
+  t = _stage("4/7 Decoding the test split with beam search")
+  source = os.path.join(data, f"{PROBLEM}.test.en")
+  reference = os.path.join(data, f"{PROBLEM}.test.de")
+  hypotheses = os.path.join(decode_dir, f"test.from-step-{latest}.de")
+  reused = _done(hypotheses)
+  if not reused:
+    _run("t2t_keras.cli.decoder", flagfile, f"--data_dir={data}", f"--output_dir={run}",
+         f"--checkpoint_path={averaged}", f"--decode_from_file={source}",
+         f"--decode_to_file={hypotheses}")
+  stages.append(Stage("test decoding", time.time() - t,
+                      "reused" if reused else f"{_count_lines(source):,} sentences"))
+
+  t = _stage("5/7 BLEU")
+  from t2t_keras import bleu
+  variant = "all" if "all" in bleu.BLEU_VARIANTS else "both"  # "all" adds the paper's BLEU
+  out = _run("t2t_keras.cli.bleu", f"--translation={hypotheses}", f"--reference={reference}",
+             f"--bleu_variant={variant}", "--tokenize=intl", capture=True)
+  _samples(source, reference, hypotheses, FLAGS.samples)
+  stages.append(Stage("BLEU", time.time() - t))
+  return hypotheses, [line for line in out.splitlines() if line.strip()]
 
 
 # -- Training in the budget ------------------------------------------------------
