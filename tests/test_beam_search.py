@@ -739,16 +739,24 @@ def test_per_item_decode_lengths_equal_t2t_on_each_item_alone(seed):
   """One batch, own lengths per item == the NumPy T2T port on each alone.
 
   Top beam (stop_early, top_beams=1) and n-best (top_beams=beam, T2T's
-  stop_early=False), ids and scores; greedy likewise.
+  stop_early=False), ids, scores and steps taken; greedy likewise.
   """
   table = random_table(seed, length=9, vocab=8, eos_boost=seed - 2.0)
   sos, lengths = [0, 2, 3, 4, 5, 6], [1, 3, 5, 9, 7, 2]
-  results = {}
+  results, steps = {}, {}
+
+  def counting_fn(ids, i, cache):  # the cache counts each row's steps
+    logits, _ = table_fn(table)(ids, i, cache)
+    return logits, {"steps": cache["steps"] + 1}
+
   for top in (1, 3):
     out = bs.beam_search_with_info(
-        table_fn(table), tf.constant(sos), 3, 9, 8, 0.6, top_beams=top,
+        counting_fn, tf.constant(sos), 3, 9, 8, 0.6, top_beams=top,
+        states={"steps": tf.zeros([len(sos)], tf.int32)},
         decode_lengths=tf.constant(lengths))
     results[top] = out.ids.numpy()[:, :, 1:], out.scores.numpy()
+    # A stopped item keeps the cache of its own last step.
+    steps[top] = out.states["steps"].numpy().reshape([len(sos), 3])[:, 0]
   g_ids, g_scores = bs.greedy_search(table_fn(table), tf.constant(sos), 9,
                                      decode_lengths=tf.constant(lengths))
   for b in range(len(sos)):
@@ -758,6 +766,8 @@ def test_per_item_decode_lengths_equal_t2t_on_each_item_alone(seed):
                        top1[0][:1], top1[1][:1])
     nbest = t2t.t2t_beam_search(fn, 3, 0.6, lengths[b], 8, stop_early=False)
     assert_equals_port(results[3][0][b], results[3][1][b], *nbest)
+    # Each item stops when T2T alone does (its own cap and length penalty).
+    assert (steps[1][b], steps[3][b]) == (top1[0].shape[1], nbest[0].shape[1])
     port_ids, port_score = t2t.t2t_greedy(fn, lengths[b])
     width = len(port_ids)
     np.testing.assert_array_equal(g_ids.numpy()[b, 1:1 + width], port_ids)
