@@ -242,6 +242,33 @@ def resolve_hparams(t2t_output_dir: str, flags: Dict[str, str], hparams_set: Opt
   return hp, base
 
 
+def _choose_target_space(problem, source: str, hp: HParams,
+                         log: Callable[[str], None]) -> int:
+  """The problem's target space, unless T2T's Adam slots show it trained one other row."""
+  wanted = problem.target_space_id
+  trained = trained_target_spaces(source) if hp.use_target_space_embedding else []
+  if len(trained) == 1 and trained != [wanted]:
+    log(f"T2T trained target-space row {trained[0]}, not {problem.name}'s {wanted}: using "
+        f"{trained[0]} (fine-tuning with t2t_keras_trainer needs a problem with that "
+        "target space).")
+    return trained[0]
+  return wanted
+
+
+def _write_notes(run_dir: str, problem_name: str, result: Dict[str, Any], source: str,
+                 assigned: int) -> None:
+  """trainer_flags.txt (for t2t_keras_trainer --flagfile) and t2t_import.json (provenance)."""
+  from t2t_keras.experiment import write_atomic
+  write_atomic(os.path.join(run_dir, "trainer_flags.txt"), "".join(
+      f"--{k}={v}\n" for k, v in (("problem", problem_name),
+                                  ("hparams_set", result["hparams_set"]),
+                                  ("hparams", result["hparams"]),
+                                  ("output_dir", result["output_dir"]))))
+  write_atomic(os.path.join(run_dir, "t2t_import.json"), json.dumps(
+      dict(result, t2t_checkpoint=os.path.abspath(source), t2t_variables=assigned),
+      indent=2, sort_keys=True))
+
+
 def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Optional[str] = None,
                    problem_name: Optional[str] = None, hparams_set: Optional[str] = None,
                    hparams_overrides: str = "", data_dir: Optional[str] = None,
@@ -300,13 +327,7 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
                        os.path.join(tmp, filename))
     encoders = problem.feature_encoders(tmp)
     if target_space_id is None:
-      target_space_id = problem.target_space_id
-      trained = trained_target_spaces(source) if hp.use_target_space_embedding else []
-      if len(trained) == 1 and trained != [target_space_id]:
-        log(f"T2T trained target-space row {trained[0]}, not {problem.name}'s "
-            f"{target_space_id}: using {trained[0]} (fine-tuning with t2t_keras_trainer "
-            "needs a problem with that target space).")
-        target_space_id = trained[0]
+      target_space_id = _choose_target_space(problem, source, hp, log)
     spec = ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
                      target_space_id)
     experiment.save_or_check_run_files(tmp, hp, problem.name, spec)
@@ -317,15 +338,10 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
     checkpoint = tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)
     written = tf.train.CheckpointManager(checkpoint, tmp, max_to_keep=None).save(
         checkpoint_number=step)
-    overrides = overrides_for(hp, base_set)
-    experiment.write_atomic(os.path.join(tmp, "trainer_flags.txt"), "".join(
-        f"--{k}={v}\n" for k, v in (("problem", problem.name), ("hparams_set", base_set),
-                                    ("hparams", overrides), ("output_dir", final))))
     result = {"output_dir": final, "checkpoint": os.path.join(final, os.path.basename(written)),
-              "global_step": step, "hparams_set": base_set, "hparams": overrides}
-    experiment.write_atomic(os.path.join(tmp, "t2t_import.json"), json.dumps(
-        dict(result, t2t_checkpoint=os.path.abspath(source), t2t_variables=loaded["assigned"]),
-        indent=2, sort_keys=True))
+              "global_step": step, "hparams_set": base_set,
+              "hparams": overrides_for(hp, base_set)}
+    _write_notes(tmp, problem.name, result, source, loaded["assigned"])
     if tf.io.gfile.exists(final):
       tf.io.gfile.rmtree(final)  # empty, checked above
     os.rename(tmp, final)
