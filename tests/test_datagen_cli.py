@@ -7,6 +7,7 @@ import sys
 from absl import flags
 import tensorflow as tf
 
+from data_gen import registry
 from t2t_keras.cli import datagen
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,14 +46,26 @@ def test_from_files_cli_generates_then_skips(fake_parallel_files, tmp_path, caps
                     "translate_from_files-train-00001-of-00002"]
   n = sum(1 for s in shards for _ in tf.data.TFRecordDataset(os.path.join(data_dir, s)))
   assert n == 40
+  manifest = os.path.join(data_dir, "translate_from_files.manifest.json")
+  registry.problem("translate_from_files", data_dir).check_data_dir(data_dir, True)
+  os.remove(manifest)  # as a data_dir of a version before manifests
   mtimes = {p: os.stat(os.path.join(data_dir, p)).st_mtime_ns for p in os.listdir(data_dir)}
-  # Rerun with only --problem/--data_dir: config comes from data_dir, nothing is rewritten.
+  # Rerun with only --problem/--data_dir: config comes from data_dir, nothing is rewritten;
+  # only the manifest is added.
   code, stdout, stderr = _run_in_process(capsys, "--problem=translate_from_files",
                                          "--data_dir=" + data_dir,
                                          "--tmp_dir=" + str(tmp_path / "tmp"), "--num_shards=2")
   assert code == 0, stderr
   assert stdout.count("(already done, skipped)") == 2 and "(reused)" in stdout
   assert mtimes == {p: os.stat(os.path.join(data_dir, p)).st_mtime_ns
+                    for p in os.listdir(data_dir) if p != os.path.basename(manifest)}
+  registry.problem("translate_from_files", data_dir).check_data_dir(data_dir, True)
+  mtimes[os.path.basename(manifest)] = os.stat(manifest).st_mtime_ns
+  code, stdout, stderr = _run_in_process(capsys, "--problem=translate_from_files",
+                                         "--data_dir=" + data_dir,
+                                         "--tmp_dir=" + str(tmp_path / "tmp"), "--num_shards=2")
+  assert code == 0, stderr
+  assert mtimes == {p: os.stat(os.path.join(data_dir, p)).st_mtime_ns  # a no-op rerun
                     for p in os.listdir(data_dir)}
 
 
