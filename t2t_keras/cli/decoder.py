@@ -34,6 +34,9 @@ def main(argv):
     decode_hp = create_decode_hparams(FLAGS.decode_hparams)
   except ValueError as e:
     raise app.UsageError(f"--decode_hparams: {e}") from None
+  if decode_hp.num_samples > 0 and FLAGS.decode_from_file:
+    raise app.UsageError("--decode_hparams=num_samples applies to decoding the dataset "
+                         "(without --decode_from_file); a file gets one output per line.")
   if FLAGS.decode_to_file:
     common_flags.check_output_file("decode_to_file", FLAGS.decode_to_file)
   model, hparams, problem, encoders = common_flags.load_trained_run()
@@ -63,9 +66,6 @@ def main(argv):
                               else problem.text_file(FLAGS.data_dir, split, "targets"))
   lines = decode_text.read_lines(source, decode_hp.delimiter)
   if decode_hp.num_samples > 0:  # T2T: only the first num_samples examples of the dataset.
-    if FLAGS.decode_from_file:
-      raise app.UsageError("--decode_hparams=num_samples applies to decoding the dataset "
-                           "(without --decode_from_file); a file gets one output per line.")
     lines = lines[:decode_hp.num_samples]
   outputs = decoder.decode_lines(lines)
   _emit(outputs)
