@@ -159,7 +159,7 @@ def test_multi_worker_mirrored_two_processes_stop_together(data_dir, tmp_path):
     for index in range(2):
       env = dict(ENV, TF_CONFIG=json.dumps({"cluster": cluster,
                                             "task": {"type": "worker", "index": index}}))
-      procs.append(start_slow(0.5, _trainer_cmd(
+      procs.append(start_slow(1.5, _trainer_cmd(
           data_dir, output_dir, "--train_steps=50", "--local_eval_frequency=100",
           "--distribution_strategy=multi_worker_mirrored", "--random_seed=1")[3:], env=env))
     wait_for(procs[1], "step 2/50", seen[1], timeout=400)
