@@ -187,7 +187,9 @@ def test_saved_model_cli_show_and_run(run, text_decoder):
     start = text.index(f"signature_def['{name}']")
     return text[start:text.index("Method name", start)]
   default, example = section("serving_default"), section("serialized_example")
-  assert "inputs['inputs']" in default and default.count("DT_STRING") == 2
+  # inputs, outputs and the per-row errors; inputs of unknown rank (checked in-graph).
+  assert "inputs['inputs']" in default and default.count("DT_STRING") == 3
+  assert "outputs['errors']" in default and "shape: unknown_rank" in default
   assert "outputs['scores']" in default and "DT_FLOAT" in default
   assert "inputs['input']" in example and "DT_INT32" in example
   assert "shape: (-1, -1)" in example
