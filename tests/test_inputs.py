@@ -169,3 +169,23 @@ def test_bad_arguments(tmp_path):
     inputs.make_dataset(str(tmp_path / "nothing*"), _hparams(), "train")
   with pytest.raises(ValueError, match="batch_size_multiplier"):
     inputs.make_dataset(pattern, _hparams(), "train", batch_size_multiplier=0)
+
+
+def test_unfinished_files_are_never_read(tmp_path):
+  done = str(tmp_path / "p-train-00000-of-00002")
+  gu.write_tfrecords_atomic(done, [gu.to_example({"inputs": [5, 1], "targets": [6, 1]})
+                                   .SerializeToString()])
+  # What killed writers leave: a truncated record, and temp names of atomic writers.
+  with open(str(tmp_path / "p-train-00001-of-00002.4242.incomplete"), "wb") as f:
+    f.write(b"\x40\x00\x00\x00\x00\x00\x00\x00trunc")
+  (tmp_path / "p-train-00001-of-00002.tmp-77").write_bytes(b"x")
+  pattern = str(tmp_path / "p-train*")
+  assert inputs.match_shard_files(pattern) == [done]
+  batches = _collect(inputs.make_dataset(pattern, _hparams(), "eval"))
+  assert [_unpad(b) for batch in batches for b in batch["inputs"]] == [(5, 1)]
+  for path in tf.io.gfile.glob(pattern):
+    if path != done:
+      gu.remove_quietly([path])
+  gu.remove_quietly([done])
+  with pytest.raises(ValueError, match="no files match.*t2t_keras_datagen"):
+    inputs.match_shard_files(pattern)
