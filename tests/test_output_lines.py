@@ -1,9 +1,7 @@
 """One output line per input line: escaped newlines/tabs a model emits never break a line."""
 
-import os
 
 import pytest
-import tensorflow as tf
 
 from t2t_keras import decode_text, decoding
 from t2t_keras.hparams import create_decode_hparams, create_hparams
