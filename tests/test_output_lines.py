@@ -1,6 +1,5 @@
 """One output line per input line: escaped newlines/tabs a model emits never break a line."""
 
-
 import pytest
 
 from t2t_keras import decode_text, decoding
