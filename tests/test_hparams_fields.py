@@ -28,7 +28,9 @@ from t2t_keras.model import Transformer
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = 30
 TINY = "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1"
-LINEAR_LR = "learning_rate_schedule=constant,learning_rate_constant=0.1"
+# Constant learning rate and Adam's epsilon far above sqrt(v): the first update is
+# then linear in the gradient (plain Adam's first step is about lr * sign(g)).
+TRAIN = "learning_rate_schedule=constant,learning_rate_constant=0.1,optimizer_adam_epsilon=10"
 
 # Fields whose non-default values are refused: (field, value, message fragment).
 REFUSED = {
@@ -217,12 +219,12 @@ PROBES = {
                                              "learning_rate_decay_scheme=cosine,"
                                              "learning_rate_warmup_steps=50", 300,
                                              observe_schedule),
-        "label_smoothing": (LINEAR_LR, 0.3, observe_training),
-        "weight_decay": (LINEAR_LR, 0.5, observe_training),
-        "clip_grad_norm": (LINEAR_LR + ",optimizer_adam_epsilon=10", 1e-3, observe_training),
-        "optimizer_adam_beta1": (LINEAR_LR, 0.5, observe_training),
-        "optimizer_adam_beta2": (LINEAR_LR, 0.5, observe_training),
-        "optimizer_adam_epsilon": (LINEAR_LR, 1.0, observe_training),
+        "label_smoothing": (TRAIN, 0.3, observe_training),
+        "weight_decay": (TRAIN, 0.5, observe_training),
+        "clip_grad_norm": (TRAIN, 1e-3, observe_training),
+        "optimizer_adam_beta1": (TRAIN, 0.5, observe_training),
+        "optimizer_adam_beta2": (TRAIN, 0.5, observe_training),
+        "optimizer_adam_epsilon": (TRAIN, 1.0, observe_training),
         "batch_size": ("batch_size=64", 32, observe_batching),
         "max_length": ("batch_size=64", 12, observe_batching),
         "min_length_bucket": ("batch_size=64", 4, observe_batching),
@@ -346,16 +348,22 @@ def text_path(tmp_path_factory):
 
 @pytest.fixture
 def eager_decoding():
-  # Probes decode a few words with a tiny model: running eagerly avoids tracing
-  # a beam search per probe.
+  # Decoding probes decode a few words with a tiny model: running eagerly avoids
+  # tracing a beam search per probe.
   tf.config.run_functions_eagerly(True)
   yield
   tf.config.run_functions_eagerly(False)
 
 
+def _eager_if_decoding(request, observer):
+  if observer in (observe_decoding, observe_finished_beams):
+    request.getfixturevalue("eager_decoding")
+
+
 @pytest.mark.parametrize("cls,name,context,value,observer", list(_field_cases()))
 def test_setting_a_field_changes_what_it_controls(cls, name, context, value, observer,
-                                                 records, eager_decoding, text_path):
+                                                 records, text_path, request):
+  _eager_if_decoding(request, observer)
   path = records if observer is observe_batching else text_path
   base = _build(cls, context)[0 if cls is HParams else 1]
   assert getattr(base, name) != value, "the probe must set a non-default value"
@@ -364,14 +372,17 @@ def test_setting_a_field_changes_what_it_controls(cls, name, context, value, obs
   assert not _same(baseline, changed), f"{cls.__name__}.{name}={value!r} changed nothing"
 
 
-@pytest.mark.parametrize("observer", [observe_model, observe_model_training,
-                                      observe_training, observe_decoding],
-                         ids=["model", "model_training", "training", "decoding"])
-def test_observers_are_deterministic(observer, eager_decoding, tmp_path):
+@pytest.mark.parametrize("observer, context", [
+    (observe_model, ""), (observe_model_training, ""), (observe_training, TRAIN),
+    (observe_decoding, "sampling_method=random")], ids=lambda x: getattr(x, "__name__", x))
+def test_observers_are_deterministic(observer, context, text_path, request):
   """Without this, every probe above would pass on noise."""
-  first = _observe(HParams, observer, "sampling_method=random", {}, str(tmp_path / "a"))
-  second = _observe(HParams, observer, "sampling_method=random", {}, str(tmp_path / "b"))
-  assert _same(first, second)
+  _eager_if_decoding(request, observer)
+  first = _observe(HParams, observer, context, {}, text_path)  # The probes' baseline.
+  hp, decode_hp = _build(HParams, context)
+  again = (observer(hp, decode_hp, path=text_path) if observer is observe_decoding
+           else observer(hp, decode_hp))
+  assert _same(first, again)
 
 
 def test_decoder_cli_num_samples_and_log_results(tmp_path):
