@@ -255,7 +255,7 @@ def test_generation_is_byte_identical_across_runs(fake_parallel_files, tmp_path)
                        vocab_size=64).generate_data(str(data_dir), str(tmp_path / "tmp"),
                                                     num_shards=2)
     contents.append({p.name: p.read_bytes() for p in sorted(data_dir.iterdir())})
-  assert contents[0] == contents[1] and len(contents[0]) == 7  # 3 shards, 2 texts, vocab, config
+  assert contents[0] == contents[1] and len(contents[0]) == 8  # 3 shards, 2 texts, vocab, config, manifest
 
 
 def test_from_files_bad_input(fake_parallel_files, tmp_path):
