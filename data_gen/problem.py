@@ -201,10 +201,17 @@ class Text2TextProblem(Problem):
       raise ValueError("side must be 'inputs' or 'targets', got %r" % (side,))
     return os.path.join(data_dir, "%s.%s.%s" % (self.name, split, langs[side]))
 
+  def split_text_files(self, data_dir: str, split: str) -> List[str]:
+    """Plain-text files datagen writes beside a split's shards (listed in the manifest)."""
+    if split == DatasetSplit.TRAIN:
+      return []
+    return [self.text_file(data_dir, split, s) for s in ("inputs", "targets")]
+
+  def write_split_extras(self, data_dir: str, split: str) -> None:
+    """Hook: files a problem derives from a split's text files (before the manifest)."""
+
   def _split_done(self, data_dir: str, split: str, num_shards: int) -> bool:
-    paths = self.shard_paths(data_dir, split, num_shards)
-    if split != DatasetSplit.TRAIN:
-      paths += [self.text_file(data_dir, split, s) for s in ("inputs", "targets")]
+    paths = self.shard_paths(data_dir, split, num_shards) + self.split_text_files(data_dir, split)
     return all(os.path.exists(p) for p in paths)
 
   # ---- generation -------------------------------------------------------------
@@ -260,8 +267,7 @@ class Text2TextProblem(Problem):
       stats = generator_utils.shard_stats(final)
       stats["skipped"] = skipped
       result["splits"][split] = stats
-      written[split] = (final, [] if split == DatasetSplit.TRAIN else
-                        [self.text_file(data_dir, split, s) for s in ("inputs", "targets")])
+      written[split] = (final, self.split_text_files(data_dir, split))
     if changed:  # last: its presence means every file above is complete
       vocabs = [os.path.join(data_dir, f) for f in self.vocab_filenames.values()]
       manifest_lib.write_manifest(data_dir, self.name, vocabs, written)
@@ -293,6 +299,7 @@ class Text2TextProblem(Problem):
       for idx, side in enumerate(("inputs", "targets")):
         generator_utils.write_text_atomic(self.text_file(data_dir, split, side),
                                           (pair[idx].replace("\n", " ") for pair in texts))
+      self.write_split_extras(data_dir, split)
     if progress is not None:
       progress(split + " shuffle", 0, len(final))
     generator_utils.shuffle_shards(unshuffled, final, random_seed)

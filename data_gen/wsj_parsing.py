@@ -378,13 +378,14 @@ class ParsingEnglishPtb(problem_lib.Text2TextProblem):
     """`<data_dir>/<name>.<split>.trees`: gold trees for EVALB."""
     return os.path.join(data_dir, f"{self.name}.{split}.trees")
 
-  def generate_data(self, data_dir, tmp_dir, **kwargs):
-    """Text2TextProblem.generate_data, plus the dev/test gold tree files."""
-    result = super().generate_data(data_dir, tmp_dir, **kwargs)
-    for spec in self.dataset_splits:
-      if spec["split"] != problem_lib.DatasetSplit.TRAIN:
-        self.write_gold_trees(data_dir, spec["split"])
-    return result
+  def split_text_files(self, data_dir: str, split: str) -> list:
+    """Text files of a split plus, for dev/test, its gold trees (in the manifest)."""
+    files = super().split_text_files(data_dir, split)
+    return files + [self.gold_trees_file(data_dir, split)] if files else files
+
+  def write_split_extras(self, data_dir: str, split: str) -> None:
+    """The dev/test gold tree files, written before datagen's manifest."""
+    self.write_gold_trees(data_dir, split)
 
   def write_gold_trees(self, data_dir: str, split: str) -> int:
     """Rebuilds gold trees from the split's text files (exact inverse)."""

@@ -312,3 +312,32 @@ def test_wsj_parsing_flagfile():
   assert (hp.filter_size, hp.num_heads, hp.max_length) == (2048, 8, 512)
   dhp = hparams_lib.create_decode_hparams(fv.decode_hparams)
   assert (dhp.beam_size, dhp.alpha, dhp.extra_length) == (21, 0.3, 300)
+
+
+def test_gold_trees_are_written_before_the_manifest_and_listed_in_it(tmp_path, monkeypatch):
+  """A datagen stopped while writing gold trees leaves no manifest; a complete one lists them."""
+  trees = [CAT, "(TOP (S (NP (PRP It)) (VP (VBZ rains)) (. .)))",
+           "(TOP (S (NP (DT A) (NN dog)) (VP (VBD ran) (ADVP (RB away))) (. .)))"]
+  tmp_dir, data_dir = tmp_path / "tmp", tmp_path / "data"
+  tmp_dir.mkdir()
+  for n in (200, 2200, 2300):  # sections 02 (train), 22 (dev), 23 (test)
+    (tmp_dir / f"wsj_{n:04d}.mrg").write_text("\n".join(trees) + "\n")
+  problem = registry.problem("parsing_english_ptb8k")
+
+  def killed(self, data_dir, split):
+    raise KeyboardInterrupt
+  monkeypatch.setattr(wp.ParsingEnglishPtb, "write_gold_trees", killed)
+  with pytest.raises(KeyboardInterrupt):
+    problem.generate_data(str(data_dir), str(tmp_dir), num_shards=1)
+  with pytest.raises(ValueError, match="manifest"):
+    problem.check_data_dir(str(data_dir))
+  monkeypatch.undo()
+
+  problem.generate_data(str(data_dir), str(tmp_dir), num_shards=1)
+  manifest = problem.check_data_dir(str(data_dir))
+  for split in ("dev", "test"):
+    gold = os.path.basename(problem.gold_trees_file(str(data_dir), split))
+    assert gold in [e["file"] for e in manifest["splits"][split]["text_files"]]
+  os.remove(problem.gold_trees_file(str(data_dir), "test"))
+  with pytest.raises(ValueError, match="missing parsing_english_ptb8k.test.trees"):
+    problem.check_data_dir(str(data_dir))
