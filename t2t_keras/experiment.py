@@ -273,6 +273,7 @@ class Experiment:
       return {}
     iterator = iter(self._distributed(self.train_pattern, "train"))
     start_step, start_time, budget_start = step, time.time(), self.clock()
+    self._budget_start = budget_start
     self._log_state = (start_time, step, 0.0)  # time, step and tokens of the last log line
     tokens, last, reason = 0.0, {}, ""
     while not reason:
@@ -324,6 +325,8 @@ class Experiment:
     rate = window_tokens / max(now - last_time, 1e-9)
     steps_per_sec = (step - last_step) / max(now - last_time, 1e-9)
     eta = (cfg.train_steps - step) / max(steps_per_sec, 1e-9)
+    if cfg.train_seconds:  # whichever limit comes first
+      eta = min(eta, max(0.0, cfg.train_seconds - (self.clock() - self._budget_start)))
     lr = self.trainer.learning_rate()
     self.log(f"step {step}/{cfg.train_steps} loss {last['loss']:.4f} lr {lr:.3g} "
              f"tokens/s {rate:,.0f} grad_norm {last['grad_norm']:.3f} ETA {_hms(eta)}")

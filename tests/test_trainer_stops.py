@@ -124,13 +124,13 @@ def test_train_seconds_stops_within_one_step_and_resumes_with_a_fresh_budget(dat
   output_dir = str(tmp_path / "run")
   experiment.save_or_check_run_files(output_dir, hp, "translate_from_files", spec)
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=100)
-  lrs = []
+  lrs, lines = [], []
 
   def run(seconds):
     config = experiment.RunConfig(output_dir=output_dir, train_steps=100, train_seconds=seconds,
-                                  local_eval_frequency=100)
+                                  local_eval_frequency=100, log_every_steps=1)
     exp = experiment.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
-                                log=lambda line: None,
+                                log=lines.append,
                                 clock=lambda: float(trainer.step))  # one "second" per step
     summary = exp.run("train")
     lrs.append(trainer.learning_rate())
@@ -141,6 +141,9 @@ def test_train_seconds_stops_within_one_step_and_resumes_with_a_fresh_budget(dat
   assert tf.train.latest_checkpoint(output_dir) == os.path.join(output_dir, "ckpt-5")
   checkpoints.verify_checkpoint(os.path.join(output_dir, "ckpt-5"), full_read=True)
   assert _run_json(output_dir)["stop_reason"] == "train_seconds"
+  # The ETA of the progress lines is the time budget left (the step cap is 95 steps away).
+  etas = [line.split("ETA ")[1] for line in lines if line.startswith("step ")]
+  assert etas == ["0h00m03s", "0h00m02s", "0h00m01s", "0h00m00s", "0h00m00s"]
   summary = run(3.0)  # a fresh budget: 3 more steps
   assert summary["steps"] == 3 and trainer.step == 8
   assert _run_json(output_dir)["start_step"] == 5
