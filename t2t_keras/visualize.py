@@ -116,11 +116,11 @@ def attention_maps(model: Transformer, input_ids, target_ids) -> Maps:
 def greedy_decode(model: Transformer, input_ids, extra_length: int = 50) -> List[int]:
   """Argmax translation of one sentence, as `t2t_keras_decoder` with beam_size=1.
 
-  Uses `decoding.decode_ids` (cached incremental decoding; EOS is forced once
-  the translation reaches input length + `extra_length` tokens).
+  Uses `decoding.decode_ids` (cached incremental decoding, T2T's greedy loop:
+  it stops at the first EOS or, without EOS, at input length + `extra_length`).
 
   Returns:
-    target ids up to and including the first EOS.
+    target ids up to and including the first EOS, or all of them at the cap.
   """
   if extra_length < 1:
     raise ValueError(f"extra_length must be >= 1, got {extra_length}.")
