@@ -28,6 +28,11 @@ import logging
 import tensorflow as tf
 logging.getLogger().setLevel(logging.INFO)  # as absl's app.run does
 tf.get_logger().info("TensorFlow Python INFO line")
+from absl import logging as absl_logging
+absl_logging.set_verbosity(absl_logging.INFO)  # absl's default in a command
+import tempfile
+tf.train.Checkpoint(v=tf.Variable(1.0)).write(tempfile.mkdtemp() + "/ckpt")  # absl INFO inside TF
+absl_logging.info("absl INFO line of our own")
 print("sum", int(tf.reduce_sum(tf.ones([3]))))
 print("level", os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
 print("python stderr kept", file=sys.stderr)
@@ -65,6 +70,10 @@ def test_a_command_prints_no_tensorflow_start_up_lines(children):
           if any(s in line for s in START_UP_LINES)] == [], stderr
   assert "python stderr kept" in stderr  # stderr itself is not swallowed
   assert "TensorFlow Python INFO line" not in stderr
+  # TensorFlow's INFO lines through absl (one per checkpoint saved) are dropped too;
+  # our own absl INFO lines are not.
+  assert "Sharding callback duration" not in stderr, stderr
+  assert "absl INFO line of our own" in stderr
 
 
 def test_the_users_choice_wins(children):
@@ -74,6 +83,7 @@ def test_the_users_choice_wins(children):
   # With every level shown, TensorFlow's own start-up lines are back.
   assert any(s in stderr for s in START_UP_LINES), stderr
   assert "TensorFlow Python INFO line" in stderr
+  assert "Sharding callback duration" in stderr
 
 
 def test_filter_noise_drops_only_start_up_lines():

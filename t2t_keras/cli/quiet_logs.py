@@ -119,6 +119,15 @@ class _QuietLoader(importlib.abc.Loader):
     # TensorFlow's Python INFO lines (e.g. one per checkpoint saved) go the same way
     # (absl's app.run later lowers the root logger to INFO; this logger keeps WARNING).
     module.get_logger().setLevel(logging.WARNING)
+    # Some of its modules log through absl directly (e.g. "Sharding callback
+    # duration" per checkpoint saved): drop their INFO records, keep ours.
+    logging.getLogger("absl").addFilter(_drop_tensorflow_info)
+
+
+def _drop_tensorflow_info(record: logging.LogRecord) -> bool:
+  """False for INFO/DEBUG records logged from inside the tensorflow package."""
+  return (record.levelno >= logging.WARNING or
+          f"{os.sep}tensorflow{os.sep}" not in (record.pathname or ""))
 
 
 class _QuietFinder(importlib.abc.MetaPathFinder):
