@@ -127,8 +127,10 @@ def test_train_seconds_stops_within_one_step_and_resumes_with_a_fresh_budget(dat
   lrs, lines = [], []
 
   def run(seconds):
-    config = experiment.RunConfig(output_dir=output_dir, train_steps=100, train_seconds=seconds,
-                                  local_eval_frequency=100, log_every_steps=1)
+    # A far step cap (as the demo's), so its ETA is longer than any budget left here.
+    config = experiment.RunConfig(output_dir=output_dir, train_steps=10**6,
+                                  train_seconds=seconds, local_eval_frequency=100,
+                                  log_every_steps=1)
     exp = experiment.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
                                 log=lines.append,
                                 clock=lambda: float(trainer.step))  # one "second" per step
@@ -141,7 +143,7 @@ def test_train_seconds_stops_within_one_step_and_resumes_with_a_fresh_budget(dat
   assert tf.train.latest_checkpoint(output_dir) == os.path.join(output_dir, "ckpt-5")
   checkpoints.verify_checkpoint(os.path.join(output_dir, "ckpt-5"), full_read=True)
   assert _run_json(output_dir)["stop_reason"] == "train_seconds"
-  # The ETA of the progress lines is the time budget left (the step cap is 95 steps away).
+  # The ETA of the progress lines is the time budget left, not the step cap's.
   etas = [line.split("ETA ")[1] for line in lines if line.startswith("step ")]
   assert etas == ["0h00m03s", "0h00m02s", "0h00m01s", "0h00m00s", "0h00m00s"]
   summary = run(3.0)  # a fresh budget: 3 more steps
