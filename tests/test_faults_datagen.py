@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-from absl import flags
 import pytest
 import tensorflow as tf
 
@@ -15,7 +14,7 @@ from data_gen import generator_utils as gu
 from data_gen import manifest as manifest_lib
 from data_gen import registry
 from t2t_keras import inputs
-from t2t_keras.cli import datagen
+from tests.test_datagen_cli import _run_in_process
 from tests.tiny_problem import write_parallel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,13 +34,8 @@ def _files(tmp_path, train=400, dev=20):
 
 
 def _datagen_in_process(capsys, *args):
-  argv = flags.FLAGS(["t2t_keras_datagen", *args])
-  try:
-    code = datagen.run(argv)
-  finally:
-    flags.FLAGS.unparse_flags()
-  out = capsys.readouterr()
-  return code, out.out + out.err
+  code, out, err = _run_in_process(capsys, *args)
+  return code, out + err
 
 
 def _kill_at_shard_write(args, data_dir, shard_name):
