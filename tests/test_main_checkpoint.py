@@ -1,0 +1,85 @@
+"""A training run written by an earlier main still loads, resumes and decodes the same.
+
+tests/data/main_checkpoint was written by tests/scripts/write_main_checkpoint.py with
+the code of the commit named in its written_by.json (before the decoding-state and
+run-directory refactor). Its expected.npz holds that code's logits and beam output
+for fixed inputs; today's code must reproduce them from the checkpoint, and must
+write checkpoints with the same variable names.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_keras import decoding, experiment
+from t2t_keras.hparams import DecodeHParams
+from t2t_keras.training import Trainer, create_strategy
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "main_checkpoint")
+
+
+@pytest.fixture(scope="module")
+def written():
+  with open(os.path.join(DATA, "written_by.json"), encoding="utf-8") as f:
+    return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def expected():
+  return dict(np.load(os.path.join(DATA, "expected.npz")))
+
+
+@pytest.fixture(scope="module")
+def loaded():
+  return experiment.load_trained_model(os.path.join(DATA, "run"))
+
+
+def test_logits_match_the_writing_commit(loaded, expected):
+  model = loaded[0]
+  logits = model({"inputs": expected["inputs"], "targets": expected["targets"]},
+                 training=False).numpy()
+  assert logits.shape == expected["logits"].shape
+  np.testing.assert_allclose(logits, expected["logits"], rtol=1e-5, atol=1e-5)
+
+
+def test_beam_search_matches_the_writing_commit(loaded, expected):
+  model, hp = loaded[0], loaded[1]
+  decode_hp = DecodeHParams(beam_size=2, alpha=0.6, extra_length=4)
+  ids, scores = decoding.make_decode_fn(model, decode_hp, hp)(
+      tf.constant(expected["inputs"]))
+  np.testing.assert_array_equal(ids.numpy(), expected["beam_ids"])
+  np.testing.assert_allclose(scores.numpy(), expected["beam_scores"], rtol=1e-5, atol=1e-5)
+
+
+def test_todays_checkpoints_have_the_same_variable_names(loaded, written, tmp_path):
+  _, hp, _, spec, _ = loaded
+  trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=written["steps"])
+  config = experiment.RunConfig(output_dir=str(tmp_path), train_steps=1)
+  exp = experiment.Experiment(trainer, config, None, None, log=lambda line: None)
+  exp.save()
+  names = sorted(name for name, _ in tf.train.list_variables(str(tmp_path)))
+  assert names == written["variables"]
+
+
+def test_resumes_from_the_old_checkpoint_at_its_step(loaded, written, tmp_path):
+  run = tmp_path / "run"
+  shutil.copytree(os.path.join(DATA, "run"), run)
+  _, hp, _, spec, _ = loaded
+  trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=written["steps"])
+  config = experiment.RunConfig(output_dir=str(run), train_steps=written["steps"])
+  exp = experiment.Experiment(trainer, config, None, None, log=lambda line: None)
+  assert exp.restore() == written["steps"]
+  # Written back by today's code, every model weight and Adam slot holds the value the
+  # old commit saved under the same key.
+  again = exp.checkpoint.write(str(tmp_path / "again" / "ckpt"))
+  old = tf.train.load_checkpoint(os.path.join(DATA, "run", written["checkpoint"]))
+  new = tf.train.load_checkpoint(again)
+  keys = [k for k in new.get_variable_to_shape_map()
+          if k.endswith("VARIABLE_VALUE") and not k.startswith("save_counter")]
+  assert len(keys) > 40
+  for key in keys:
+    np.testing.assert_array_equal(new.get_tensor(key), old.get_tensor(key), err_msg=key)
