@@ -1,0 +1,194 @@
+"""The one atomic file writer and the one text line reader (no TensorFlow import).
+
+Writing: a file is written under a temporary name in its own directory,
+`<path>.<pid>.incomplete`, and renamed over `path` only once it is complete and
+closed; on any error (a full disk included, even when only the final flush
+fails) the temporary file is removed and the old `path`, if any, is unchanged.
+So a reader never sees a half-written file, and a killed writer leaves only a
+`*.incomplete` file that `generator_utils.remove_stale_temporaries` recognizes.
+A new file gets mode `0o666 & ~umask`, as `open()` gives.
+
+Reading: UTF-8 text split at a delimiter (default a newline, where `\\r\\n`
+counts as one terminator); only the terminator is removed, and a final
+terminator does not start another line. Invalid UTF-8 raises a `ValueError`
+that names the file and the line.
+
+Paths with a scheme (`gs://bucket/run/hparams.json`) go through `tf.io.gfile`,
+imported only then; there the rename is as atomic as the file system makes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import IO, Iterable, Iterator
+
+# Suffix of files being written; never matched by a shard file pattern.
+TMP_SUFFIX = ".incomplete"
+_CHUNK_BYTES = 1 << 20
+
+
+def temp_path(path: str) -> str:
+  """`<path>.<pid>.incomplete`: where this process writes `path` before renaming it."""
+  return "%s.%d%s" % (path, os.getpid(), TMP_SUFFIX)
+
+
+def _is_remote(path: str) -> bool:
+  return "://" in path
+
+
+def _gfile():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.io.gfile
+
+
+def _open(path: str, mode: str) -> IO:
+  """`open()` for local paths, `tf.io.gfile.GFile` for `scheme://` paths."""
+  if _is_remote(path):
+    return _gfile().GFile(path, mode)
+  if "b" in mode:
+    return open(path, mode)
+  return open(path, mode, encoding="utf-8", newline="\n")
+
+
+def remove_quietly(paths: Iterable[str]) -> None:
+  """Removes files; never raises (used in clean-up, e.g. on a full disk)."""
+  for path in paths:
+    try:
+      if _is_remote(path):
+        if _gfile().exists(path):
+          _gfile().remove(path)
+      else:
+        os.remove(path)
+    except FileNotFoundError:
+      pass
+    except Exception as e:  # pylint: disable=broad-except
+      logging.warning("could not remove %s: %s", path, e)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str) -> Iterator[str]:
+  """Yields a temporary path to write `path` at; renames it over `path` on success.
+
+  For writers that take a path (e.g. `tf.io.TFRecordWriter`): they must be
+  closed inside the `with` block. On an exception the temporary file is removed
+  and the exception propagates. The parent directory is created if needed.
+  """
+  tmp = temp_path(path)
+  directory = os.path.dirname(path)
+  if directory:
+    if _is_remote(path):
+      _gfile().makedirs(directory)
+    else:
+      os.makedirs(directory, exist_ok=True)
+  try:
+    yield tmp
+    if _is_remote(path):
+      _gfile().rename(tmp, path, overwrite=True)
+    else:
+      os.replace(tmp, path)
+  except BaseException:
+    remove_quietly([tmp])
+    raise
+
+
+@contextlib.contextmanager
+def atomic_open(path: str, mode: str = "w") -> Iterator[IO]:
+  """A file object (text UTF-8 with "\\n" newlines, or binary) that becomes `path` on success.
+
+  Args:
+    path: the final path (local or `scheme://`).
+    mode: "w" (text) or "wb" (bytes).
+
+  Raises:
+    ValueError: another `mode`.
+  """
+  if mode not in ("w", "wb"):
+    raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
+  with atomic_path(path) as tmp:
+    f = _open(tmp, mode)
+    try:
+      yield f
+    except BaseException:
+      try:
+        f.close()
+      except Exception:  # pylint: disable=broad-except
+        pass  # the original error matters; a full disk also fails the flush
+      raise
+    f.close()  # a failed final flush (full disk) raises here: the temp file goes
+
+
+def write_text(path: str, text: str) -> None:
+  """Writes `text` to `path` atomically (e.g. a JSON document)."""
+  with atomic_open(path) as f:
+    f.write(text)
+
+
+def write_lines(path: str, lines: Iterable[str]) -> int:
+  """Writes `lines`, each followed by "\\n", to `path` atomically; returns their count."""
+  count = 0
+  with atomic_open(path) as f:
+    for line in lines:
+      f.write(line)
+      f.write("\n")
+      count += 1
+  return count
+
+
+def _records(f: IO, delimiter: bytes) -> Iterator[bytes]:
+  """Raw records of a binary file split at `delimiter` (a final empty one dropped)."""
+  tail = b""
+  while True:
+    chunk = f.read(_CHUNK_BYTES)
+    if not chunk:
+      break
+    parts = (tail + chunk).split(delimiter)
+    tail = parts.pop()
+    yield from parts
+  if tail:
+    yield tail
+
+
+def iter_lines(path: str, delimiter: str = "\n", name: str = "file") -> Iterator[str]:
+  """Yields the lines of a UTF-8 text file, without their terminators.
+
+  Lines are read in chunks, so a file of any size streams. Number them with
+  `enumerate(iter_lines(path), start=1)`.
+
+  Args:
+    path: a local or `scheme://` path.
+    delimiter: what ends a line; with "\\n", a "\\r" before it is part of the
+      terminator. Nothing else is stripped: "\\r" alone, U+2028 or form feeds
+      stay inside lines, so line counts match `wc -l` and aligned files stay aligned.
+    name: what the file is, for error messages ("source", "reference", ...).
+
+  Raises:
+    ValueError: `path` is not a file; a line is not valid UTF-8 (naming the file
+      and the 1-based line); `delimiter` is empty.
+  """
+  if not delimiter:
+    raise ValueError(f"delimiter must not be empty, got {delimiter!r}")
+  remote = _is_remote(path)
+  if not (_gfile().exists(path) and not _gfile().isdir(path) if remote
+          else os.path.isfile(path)):
+    raise ValueError("%s %r does not exist or is not a file" % (name, path))
+  crlf = delimiter == "\n"
+  with _open(path, "rb") as f:
+    for number, raw in enumerate(_records(f, delimiter.encode("utf-8")), start=1):
+      if crlf and raw.endswith(b"\r"):
+        raw = raw[:-1]
+      try:
+        line = raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        # Both the `path:line:` form editors jump to and the file's role.
+        raise ValueError(
+            "%s:%d: invalid UTF-8 (%s at byte %d); %s %r line %d is not valid UTF-8: "
+            "re-encode it as UTF-8, e.g. with iconv"
+            % (path, number, e.reason, e.start, name, path, number)) from None
+      yield line
+
+
+def read_lines(path: str, delimiter: str = "\n", name: str = "file") -> list[str]:
+  """All lines of a UTF-8 text file as a list; see `iter_lines`."""
+  return list(iter_lines(path, delimiter, name))
