@@ -75,15 +75,6 @@ def test_checkpoints_of_the_last_part_of_training_are_averaged():
     demo_budget.checkpoints_to_average([], 0.3, 5)
 
 
-@pytest.mark.parametrize("flags,native", [
-    ("fpu avx2 fma avx512f avx512_bf16", True), ("fpu avx2 amx_bf16 amx_tile", True),
-    ("fpu avx2 fma avx512f avx512_vnni", False), ("fpu avx2 fma", False)])
-def test_native_bfloat16_reads_the_cpu_flags(flags, native):
-  cpuinfo = f"processor\t: 0\nmodel name\t: Some CPU bf16\nflags\t\t: {flags}\n"
-  assert demo_budget.native_bfloat16(cpuinfo) is native
-  assert demo_budget.native_bfloat16("processor : 0\n") is False
-
-
 def test_the_demo_flagfile_is_transformer_tiny_with_the_papers_beam():
   assert demo.model_size(str(REPO / "flags" / "demo.flags")) == (128, 2, 4)
 

@@ -29,6 +29,7 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once)
+from t2t_keras import cpu_info  # noqa: E402
 from t2t_keras.cli import demo_budget, quiet_logs  # noqa: E402
 from t2t_keras.cli.demo_budget import Stage  # noqa: E402
 
@@ -197,10 +198,9 @@ def _train(work: str, data: str, run: str, flagfile: str, budget_s: float,
     print(f"  already done: {trained:.0f} s of training for a {target:.0f}-s target "
           f"(recorded in {ledger_path}).", flush=True)
     return "reused"
-  bf16 = demo_budget.native_bfloat16()
-  print(f"Training gets {seconds:.0f} s. CPU bfloat16: "
-        f"{'native, mixed bfloat16' if bf16 else 'not native (no avx512_bf16/amx_bf16), float32'}.",
-        flush=True)
+  bf16 = cpu_info.native_bfloat16()
+  print(f"Training gets {seconds:.0f} s in {'mixed bfloat16' if bf16 else 'float32'}. CPU: "
+        f"{cpu_info.describe()}.", flush=True)
   t = time.time()
   _run("t2t_keras.cli.trainer", flagfile, f"--data_dir={data}", f"--output_dir={run}",
        f"--train_seconds={seconds:.0f}", *(["--mixed_precision=bfloat16"] if bf16 else []))

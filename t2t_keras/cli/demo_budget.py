@@ -39,25 +39,6 @@ class BudgetTooSmallError(ValueError):
   """The budget leaves less than the minimum training time."""
 
 
-def native_bfloat16(cpuinfo: Optional[str] = None) -> bool:
-  """Whether the CPU has native bfloat16 arithmetic (AVX512_BF16 or AMX-BF16).
-
-  Args:
-    cpuinfo: text of /proc/cpuinfo (read when None; False where it is absent).
-  """
-  if cpuinfo is None:
-    try:
-      with open("/proc/cpuinfo", encoding="utf-8") as f:
-        cpuinfo = f.read()
-    except OSError:
-      return False
-  for line in cpuinfo.splitlines():
-    key, _, value = line.partition(":")
-    if key.strip() == "flags":
-      return bool({"avx512_bf16", "amx_bf16"} & set(value.split()))
-  return False
-
-
 def after_training_estimates(test_sentences: int, hidden_size: int, num_hidden_layers: int,
                              beam_size: int) -> Dict[str, float]:
   """Seconds each stage after (and around) training takes on the slow reference CPU.
