@@ -34,6 +34,25 @@ def temp_path(path: str) -> str:
   return "%s.%d%s" % (path, os.getpid(), TMP_SUFFIX)
 
 
+def current_umask() -> int:
+  """The process umask (from /proc on Linux, else by setting and restoring it)."""
+  try:
+    with open("/proc/self/status", encoding="ascii") as f:
+      for line in f:
+        if line.startswith("Umask:"):
+          return int(line.split()[1], 8)
+  except OSError:
+    pass
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return mask
+
+
+def readable_file_mode() -> int:
+  """`0o666 & ~umask`: the mode `open()` gives a new file (0644 with umask 022)."""
+  return 0o666 & ~current_umask()
+
+
 def _is_remote(path: str) -> bool:
   return "://" in path
 
@@ -192,3 +211,20 @@ def iter_lines(path: str, delimiter: str = "\n", name: str = "file") -> Iterator
 def read_lines(path: str, delimiter: str = "\n", name: str = "file") -> list[str]:
   """All lines of a UTF-8 text file as a list; see `iter_lines`."""
   return list(iter_lines(path, delimiter, name))
+
+
+def read_aligned_lines(path_a: str, path_b: str,
+                       names: tuple[str, str] = ("file", "file")) -> tuple[list[str], list[str]]:
+  """The lines of two files that pair up line by line (e.g. translation and reference).
+
+  Raises:
+    ValueError: as `iter_lines`, or the files have different line counts
+      (both named, with the first line that has no partner).
+  """
+  a, b = read_lines(path_a, name=names[0]), read_lines(path_b, name=names[1])
+  if len(a) != len(b):
+    raise ValueError(
+        f"{names[0]} {path_a} has {len(a)} lines but {names[1]} {path_b} has {len(b)}; "
+        f"line {min(len(a), len(b)) + 1} has no partner. Both need one item per line, "
+        "in the same order.")
+  return a, b

@@ -4,8 +4,8 @@ Mirrors T2T's `data_generators/generator_utils.py` naming: shard files are
 `<name>-<split>-00000-of-00100`; examples are first written round-robin to
 `<name>-unshuffled-<split>-…` files, then each shard is shuffled in memory and
 written under its final name. Every file is written under a temporary name
-(`<final>.<pid>.incomplete`) and renamed with `os.replace`, so a killed run never
-leaves a file that looks done; the next run removes such leftovers
+(`<final>.<pid>.incomplete`, `file_io.temp_path`) and renamed, so a killed run
+never leaves a file that looks done; the next run removes such leftovers
 (`remove_stale_temporaries`), and a failed run removes its own. The manifest
 (`data_gen/manifest.py`) is written last.
 """
@@ -19,10 +19,9 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 import tensorflow as tf
 
-PAD_ID = 0
-EOS_ID = 1
-# Suffix of files being written; never matched by a shard file pattern.
-TMP_SUFFIX = ".incomplete"
+from data_gen import file_io
+from data_gen.file_io import TMP_SUFFIX, remove_quietly, temp_path
+
 # Test hook: the TFRecord write of the shard with this base name pauses after its
 # first record (tests/test_faults_datagen.py SIGKILLs the process there).
 PAUSE_ENV = "T2T_KERAS_TEST_PAUSE_WRITING"
@@ -57,25 +56,9 @@ def to_example(features: Dict[str, Sequence[int]]) -> tf.train.Example:
   return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
-def tmp_path_for(path: str) -> str:
-  """`<path>.<pid>.incomplete`: where this process writes `path` before renaming it."""
-  return "%s.%d%s" % (path, os.getpid(), TMP_SUFFIX)
-
-
 def open_record_writer(path: str):
   """The TFRecord writer of every shard (one place, so tests can simulate a full disk)."""
   return tf.io.TFRecordWriter(path)
-
-
-def remove_quietly(paths: Iterable[str]) -> None:
-  """Removes files; never raises (used in clean-up, e.g. on a full disk)."""
-  for path in paths:
-    try:
-      os.remove(path)
-    except FileNotFoundError:
-      pass
-    except OSError as e:
-      logging.warning("could not remove %s: %s", path, e)
 
 
 def _close_quietly(writers) -> None:
@@ -137,40 +120,21 @@ def _pause_for_test(final_path: str, writer) -> None:
     time.sleep(600)
 
 
-def write_text_atomic(path: str, lines: Iterable[str]) -> int:
-  """Writes `lines` (one per line) to `path` via a temporary file; returns count."""
-  tmp = tmp_path_for(path)
-  count = 0
-  try:
-    with open(tmp, "w", encoding="utf-8") as f:
-      for line in lines:
-        f.write(line + "\n")
-        count += 1
-    os.replace(tmp, path)
-  except BaseException:
-    remove_quietly([tmp])
-    raise
-  return count
-
-
 def write_tfrecords_atomic(path: str, records: Iterable[bytes]) -> int:
   """Writes serialized records to `path` via a temporary file; returns count."""
-  tmp = tmp_path_for(path)
   count = 0
-  writer = None
-  try:
+  with file_io.atomic_path(path) as tmp:
     writer = open_record_writer(tmp)
-    for record in records:
-      writer.write(record)
-      count += 1
-      if count == 1:
-        _pause_for_test(path, writer)
+    try:
+      for record in records:
+        writer.write(record)
+        count += 1
+        if count == 1:
+          _pause_for_test(path, writer)
+    except BaseException:
+      _close_quietly([writer])  # before atomic_path removes the file
+      raise
     writer.close()
-    os.replace(tmp, path)
-  except BaseException:
-    _close_quietly([writer] if writer is not None else [])
-    remove_quietly([tmp])
-    raise
   return count
 
 
@@ -184,7 +148,7 @@ def generate_files(examples: Iterable[Dict[str, Sequence[int]]], output_paths: S
   Returns:
     The number of examples written.
   """
-  tmp_paths = [tmp_path_for(p) for p in output_paths]
+  tmp_paths = [temp_path(p) for p in output_paths]
   writers = []
   count = 0
   try:
@@ -252,24 +216,6 @@ def shard_stats(paths: Sequence[str]) -> Dict[str, int]:
   return stats
 
 
-def read_text_lines(path: str, name: str = "file") -> Iterator[Tuple[int, str]]:
-  """Yields (1-based line number, line without newline) of a UTF-8 text file.
-
-  Raises:
-    ValueError: naming file and line on invalid UTF-8; if the file is missing.
-  """
-  if not os.path.isfile(path):
-    raise ValueError("%s %r does not exist or is not a file" % (name, path))
-  with open(path, "rb") as f:
-    for number, raw in enumerate(f, start=1):
-      try:
-        line = raw.decode("utf-8")
-      except UnicodeDecodeError as e:
-        raise ValueError("%s %r line %d is not valid UTF-8 (%s); re-encode the file as UTF-8"
-                         % (name, path, number, e.reason)) from None
-      yield number, line.rstrip("\r\n")
-
-
 def read_parallel_lines(source_path: str, target_path: str,
                         names: Tuple[str, str] = ("source", "target")) -> Iterator[Tuple[str, str]]:
   """Yields aligned (source, target) lines of two parallel text files.
@@ -278,8 +224,8 @@ def read_parallel_lines(source_path: str, target_path: str,
     ValueError: naming file and line for an empty file, an empty line,
       invalid UTF-8, or files with different line counts.
   """
-  src_iter = read_text_lines(source_path, names[0])
-  tgt_iter = read_text_lines(target_path, names[1])
+  src_iter = enumerate(file_io.iter_lines(source_path, name=names[0]), start=1)
+  tgt_iter = enumerate(file_io.iter_lines(target_path, name=names[1]), start=1)
   count = 0
   for src, tgt in _zip_strict(src_iter, tgt_iter, source_path, target_path, names):
     count += 1
@@ -319,7 +265,7 @@ def file_lines_for_vocab(path: str, byte_budget: float = 1e6) -> Iterator[str]:
   """
   stride = max(1, int(os.path.getsize(path) // max(1.0, byte_budget)))
   budget = byte_budget
-  for number, line in read_text_lines(path):
+  for number, line in enumerate(file_io.iter_lines(path), start=1):
     if (number - 1) % stride:
       continue
     line = line.strip()

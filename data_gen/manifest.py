@@ -12,7 +12,7 @@ import re
 import struct
 from typing import Dict, Sequence, Tuple
 
-from data_gen.generator_utils import TMP_SUFFIX, write_text_atomic
+from data_gen.file_io import TMP_SUFFIX, write_lines
 
 MANIFEST_VERSION = 1
 
@@ -72,7 +72,7 @@ def write_manifest(data_dir: str, problem_name: str, vocab_paths: Sequence[str],
     manifest["splits"][split] = {"records": sum(e["records"] for e in entries),
                                  "shards": entries, "text_files": [_file_entry(p) for p in texts]}
   path = manifest_path(data_dir, problem_name)
-  write_text_atomic(path, [json.dumps(manifest, indent=1, sort_keys=True)])
+  write_lines(path, [json.dumps(manifest, indent=1, sort_keys=True)])
   return path
 
 

@@ -20,8 +20,11 @@ import os
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
+from data_gen import file_io
 from data_gen import generator_utils
 from data_gen import manifest as manifest_lib
+from data_gen import text_encoder
+from data_gen.text_encoder import EOS_ID
 
 
 class DatasetSplit:
@@ -157,7 +160,6 @@ class Text2TextProblem(Problem):
   def get_or_create_vocab(self, data_dir: str, tmp_dir: Optional[str],
                           force_get: bool = False) -> Dict[str, Any]:
     """Returns {"inputs": enc, "targets": enc}; builds missing vocab files unless `force_get`."""
-    from data_gen import text_encoder  # pylint: disable=g-import-not-at-top
     self.vocab_seconds = 0.0
     reserved = ["<pad>", "<EOS>"] + list(self.additional_reserved_tokens)
     by_file: Dict[str, Any] = {}
@@ -222,8 +224,8 @@ class Text2TextProblem(Problem):
     for sample in self.generate_samples(data_dir, tmp_dir, split):
       if text_sink is not None:
         text_sink.append((sample["inputs"], sample["targets"]))
-      yield {"inputs": encoders["inputs"].encode(sample["inputs"]) + [generator_utils.EOS_ID],
-             "targets": encoders["targets"].encode(sample["targets"]) + [generator_utils.EOS_ID]}
+      yield {"inputs": encoders["inputs"].encode(sample["inputs"]) + [EOS_ID],
+             "targets": encoders["targets"].encode(sample["targets"]) + [EOS_ID]}
 
   def generate_data(self, data_dir: str, tmp_dir: str, num_shards: Optional[int] = None,
                     max_cases: Optional[int] = None, random_seed: int = 429459,
@@ -261,7 +263,7 @@ class Text2TextProblem(Problem):
       skipped = not fresh_vocab and self._split_done(data_dir, split, shards)
       if not skipped:
         changed = True
-        generator_utils.remove_quietly([manifest])  # before any listed file changes
+        file_io.remove_quietly([manifest])  # before any listed file changes
         self._generate_split(data_dir, tmp_dir, split, shards, encoders, max_cases,
                              random_seed, progress)
       stats = generator_utils.shard_stats(final)
@@ -284,7 +286,7 @@ class Text2TextProblem(Problem):
                         random_seed, progress)
     except BaseException:
       paths = unshuffled + final
-      generator_utils.remove_quietly(paths + [generator_utils.tmp_path_for(p) for p in paths])
+      file_io.remove_quietly(paths + [file_io.temp_path(p) for p in paths])
       raise
 
   def _write_split(self, data_dir, tmp_dir, split, unshuffled, final, encoders, max_cases,
@@ -297,14 +299,14 @@ class Text2TextProblem(Problem):
       # Text files hold exactly the written examples, in generation order.
       texts = texts[:max_cases] if max_cases is not None else texts
       for idx, side in enumerate(("inputs", "targets")):
-        generator_utils.write_text_atomic(self.text_file(data_dir, split, side),
-                                          (pair[idx].replace("\n", " ") for pair in texts))
+        file_io.write_lines(self.text_file(data_dir, split, side),
+                            (pair[idx].replace("\n", " ") for pair in texts))
       self.write_split_extras(data_dir, split)
     if progress is not None:
       progress(split + " shuffle", 0, len(final))
     generator_utils.shuffle_shards(unshuffled, final, random_seed)
     # Shards of an earlier run with another shard count would match filepattern too.
     for path in glob.glob(os.path.join(data_dir, "%s-%s-[0-9]*-of-[0-9]*" % (self.name, split))):
-      if path not in final and not path.endswith(generator_utils.TMP_SUFFIX):
+      if path not in final and not path.endswith(file_io.TMP_SUFFIX):
         logging.info("removing stale shard %s", path)
         os.remove(path)

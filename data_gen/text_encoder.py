@@ -15,9 +15,9 @@ Reserved ids: `<pad>` = 0, `<EOS>` = 1.  `encode` does not append EOS.
 import collections
 import logging
 import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 
+from data_gen import file_io
 from data_gen import tokenizer
 from data_gen.escaping import escape_token as _escape_token
 from data_gen.escaping import make_alphabet as _make_alphabet
@@ -30,6 +30,8 @@ RESERVED_TOKENS = [PAD, EOS]
 NUM_RESERVED_TOKENS = len(RESERVED_TOKENS)
 PAD_ID = RESERVED_TOKENS.index(PAD)  # 0
 EOS_ID = RESERVED_TOKENS.index(EOS)  # 1
+# TODO(issue 14): drop once t2t_keras/export.py imports it from data_gen.file_io.
+readable_file_mode = file_io.readable_file_mode
 
 _CACHE_MAX_ENTRIES = 2 ** 20
 
@@ -86,25 +88,6 @@ class ByteTextEncoder(TextEncoder):
   @property
   def vocab_size(self) -> int:
     return 2 ** 8 + self._num_reserved_ids
-
-
-def current_umask() -> int:
-  """The process umask (from /proc on Linux, else by setting and restoring it)."""
-  try:
-    with open("/proc/self/status", encoding="ascii") as f:
-      for line in f:
-        if line.startswith("Umask:"):
-          return int(line.split()[1], 8)
-  except OSError:
-    pass
-  mask = os.umask(0o022)
-  os.umask(mask)
-  return mask
-
-
-def readable_file_mode() -> int:
-  """`0o666 & ~umask`: the mode `open()` gives a new file (0644 with umask 022)."""
-  return 0o666 & ~current_umask()
 
 
 def strip_ids(ids: Sequence[int], ids_to_strip: Iterable[int]) -> list[int]:
@@ -291,19 +274,9 @@ class SubwordTextEncoder(TextEncoder):
                          "(empty, contains a newline, or has surrounding "
                          "white space without quotes)" % (i, s))
       lines.append("'%s'\n" % s if add_single_quotes else s + "\n")
-    directory = os.path.dirname(os.path.abspath(filename))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(filename) + ".",
-                               suffix=".%d.incomplete" % os.getpid())
-    try:
-      # mkstemp creates 0600; a vocab must be readable by others (e.g. TF Serving).
-      os.fchmod(fd, readable_file_mode())
-      with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(lines)
-      os.replace(tmp, filename)
-    except BaseException:
-      if os.path.exists(tmp):
-        os.remove(tmp)
-      raise
+    # Mode 0666 & ~umask: a vocab must be readable by others (e.g. TF Serving).
+    with file_io.atomic_open(filename) as f:
+      f.writelines(lines)
 
   # -- building ---------------------------------------------------------------
 

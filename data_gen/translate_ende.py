@@ -18,7 +18,7 @@ import re
 import sqlite3
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from data_gen import generator_utils
+from data_gen import file_io
 from data_gen.problem import DatasetSplit, SpaceID, Text2TextProblem
 from data_gen.registry import register_problem
 
@@ -63,7 +63,7 @@ def read_ding_pairs(path: str) -> List[Tuple[str, str]]:
     ValueError: naming file and line on invalid UTF-8.
   """
   pairs, seen = [], set()
-  for _, line in generator_utils.read_text_lines(path, "Ding dictionary file"):
+  for line in file_io.iter_lines(path, name="Ding dictionary file"):
     if line.startswith("#") or " :: " not in line:
       continue
     german, english = line.split(" :: ", 1)

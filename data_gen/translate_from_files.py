@@ -11,6 +11,7 @@ import json
 import os
 from typing import Any, Dict, Iterator, Optional
 
+from data_gen import file_io
 from data_gen import generator_utils
 from data_gen.problem import DatasetSplit, Text2TextProblem
 from data_gen.registry import register_problem
@@ -100,5 +101,5 @@ class TranslateFromFiles(Text2TextProblem):
     result = super().generate_data(data_dir, tmp_dir, **kwargs)
     # Saved only after success, so a failed run can be retried with other files.
     if not os.path.exists(path):
-      generator_utils.write_text_atomic(path, [json.dumps(config, indent=1, sort_keys=True)])
+      file_io.write_lines(path, [json.dumps(config, indent=1, sort_keys=True)])
     return result

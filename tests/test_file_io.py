@@ -105,6 +105,7 @@ def test_new_file_mode_is_0666_masked_by_umask(tmp_path, umask, want):
     file_io.write_text(path, "x")
     with file_io.atomic_open(path + ".bin", "wb") as f:
       f.write(b"x")
+    assert file_io.readable_file_mode() == want
   finally:
     os.umask(old)
   assert os.stat(path).st_mode & 0o777 == want
@@ -207,3 +208,15 @@ def test_missing_file_or_directory(tmp_path):
     with pytest.raises(ValueError, match=r"reference '%s' does not exist or is not a file"
                        % re.escape(path)):
       file_io.read_lines(path, name="reference")
+
+
+def test_read_aligned_lines(tmp_path):
+  hyp = _write_bytes(tmp_path / "hyp", b"a\nb\n")
+  ref = _write_bytes(tmp_path / "ref", b"A\r\nB")
+  assert file_io.read_aligned_lines(hyp, ref) == (["a", "b"], ["A", "B"])
+  short = _write_bytes(tmp_path / "short", b"A\n")
+  with pytest.raises(ValueError) as info:
+    file_io.read_aligned_lines(hyp, short, ("translation file", "reference file"))
+  assert str(info.value).startswith(
+      f"translation file {hyp} has 2 lines but reference file {short} has 1; "
+      "line 2 has no partner.")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from data_gen import file_io
 from data_gen import generator_utils as gu
 
 
@@ -138,7 +139,7 @@ def test_file_lines_for_vocab_budget_and_spacing(tmp_path):
 
 def test_write_text_atomic(tmp_path):
   path = str(tmp_path / "t.txt")
-  assert gu.write_text_atomic(path, ["a", "b"]) == 2
+  assert file_io.write_lines(path, ["a", "b"]) == 2
   with open(path, encoding="utf-8") as f:
     assert f.read() == "a\nb\n"
 
@@ -147,7 +148,7 @@ def test_write_text_atomic(tmp_path):
     raise RuntimeError("killed")
 
   with pytest.raises(RuntimeError):
-    gu.write_text_atomic(path, broken())
+    file_io.write_lines(path, broken())
   with open(path, encoding="utf-8") as f:
     assert f.read() == "a\nb\n"  # old content intact, no temp left behind
   assert os.listdir(tmp_path) == ["t.txt"]
