@@ -28,6 +28,8 @@ import sacremoses
 from sacrebleu.metrics import BLEU
 from sacremoses.corpus import NonbreakingPrefixes
 
+from data_gen import file_io
+
 TOKENIZERS = ("13a", "intl")
 # cased/uncased/both: sacrebleu as T2T's t2t-bleu; paper: get_ende_bleu.sh's
 # tokenized BLEU; all: the three numbers.
@@ -62,27 +64,12 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str],
   return result.score, str(metric.get_signature())
 
 
-def read_aligned_files(translation_path: str,
-                       reference_path: str) -> tuple[list[str], list[str]]:
-  """Lines of both files, checked to be equally many.
-
-  Raises:
-    ValueError: the files have different line counts (both are named).
-  """
-  hyps, refs = _read_lines(translation_path), _read_lines(reference_path)
-  if len(hyps) != len(refs):
-    raise ValueError(
-        f"translation file {translation_path} has {len(hyps)} lines but "
-        f"reference file {reference_path} has {len(refs)}; they must be "
-        "line-aligned (one segment per line).")
-  return hyps, refs
-
-
 def file_bleu(translation_path: str, reference_path: str,
               tokenize: str = "intl",
               lowercase: bool = False) -> tuple[float, str]:
   """`corpus_bleu` of a translation file against a reference file."""
-  hyps, refs = read_aligned_files(translation_path, reference_path)
+  hyps, refs = file_io.read_aligned_lines(translation_path, reference_path,
+                                          ("translation file", "reference file"))
   return corpus_bleu(hyps, refs, tokenize=tokenize, lowercase=lowercase)
 
 
@@ -97,14 +84,6 @@ def bleu_wrapper(ref_filename: str, hyp_filename: str,
   score, _ = file_bleu(hyp_filename, ref_filename, tokenize=tokenize,
                        lowercase=not case_sensitive)
   return score / 100.0
-
-
-def _read_lines(path: str) -> list[str]:
-  with open(path, encoding="utf-8") as f:
-    lines = f.read().split("\n")
-  if lines and lines[-1] == "":
-    lines.pop()  # a final newline does not start another segment
-  return lines
 
 
 # ---- the paper's tokenized BLEU (T2T utils/get_ende_bleu.sh) -----------------

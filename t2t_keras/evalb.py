@@ -29,7 +29,7 @@ import dataclasses
 import re
 from typing import Optional, Sequence
 
-_TOKEN_RE = re.compile(r"\(|\)|[^\s()]+")
+from data_gen import trees
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +152,7 @@ def read_brackets(line: str, params: EvalbParams = COLLINS):
   Raises:
     ValueError: unbalanced brackets or a bracket with more than one word.
   """
-  tokens = _TOKEN_RE.findall(line)
+  tokens = trees.tokenize(line)
   terminals, brackets, stack, length = [], [], [], 0
   i, n = 0, len(tokens)
   while i < n:
@@ -221,7 +221,7 @@ def with_gold_punctuation_tags(gold_line: str, test_line: str,
   Punctuation is a tag in `params.delete_labels`. Only when both trees have the
   same words; otherwise `test_line` is returned unchanged (EVALB reports it).
   """
-  gold_tokens, test_tokens = _TOKEN_RE.findall(gold_line), _TOKEN_RE.findall(test_line)
+  gold_tokens, test_tokens = trees.tokenize(gold_line), trees.tokenize(test_line)
   gold, test = _preterminals(gold_tokens), _preterminals(test_tokens)
   if [w for _, _, w in gold] != [w for _, _, w in test]:
     return test_line
@@ -301,19 +301,6 @@ def evaluate(gold_lines: Sequence[str], test_lines: Sequence[str],
   return Report(all_totals, short, params.cutoff_len, scores)
 
 
-def evaluate_files(gold_path: str, test_path: str,
-                   params: EvalbParams = COLLINS,
-                   max_errors: Optional[int] = None) -> Report:
-  """`evaluate` on two files with one tree per line."""
-  gold, test = read_lines(gold_path), read_lines(test_path)
-  if len(gold) != len(test):
-    raise ValueError(
-        f"{gold_path} has {len(gold)} lines but {test_path} has {len(test)}; "
-        f"line {min(len(gold), len(test)) + 1} has no partner. Both files "
-        "need one tree per line, in the same order.")
-  return evaluate(gold, test, params, max_errors)
-
-
 def delinearize_lines(gold_lines: Sequence[str], test_lines: Sequence[str]) -> list[str]:
   """Trees (one-line strings) of decoder outputs `test_lines` over gold words.
 
@@ -321,19 +308,16 @@ def delinearize_lines(gold_lines: Sequence[str], test_lines: Sequence[str]) -> l
   de-linearized, and repaired, over the words of its gold tree, so every
   output is a valid tree with the gold words.
   """
-  # Imported here: data_gen pulls in TensorFlow, which scoring trees does not
-  # need (it would add seconds to every t2t_keras_parse_eval run).
-  from data_gen import wsj_parsing  # pylint: disable=g-import-not-at-top
   if len(gold_lines) != len(test_lines):
     raise ValueError(f"gold has {len(gold_lines)} trees but test has {len(test_lines)} "
                      "lines; give one per item, in the same order.")
   out = []
   for i, (g, t) in enumerate(zip(gold_lines, test_lines)):
     try:
-      words = wsj_parsing.clean_tree(wsj_parsing.parse_tree(g)).leaves()
+      words = trees.clean_tree(trees.parse_tree(g)).leaves()
     except ValueError as e:
       raise ValueError(f"gold line {i + 1} is not a tree: {e}") from e
-    out.append(wsj_parsing.tree_to_string(wsj_parsing.delinearize(t, words)))
+    out.append(trees.tree_to_string(trees.delinearize(t, words)))
   return out
 
 
@@ -343,15 +327,6 @@ def summary_line(report: Report) -> str:
   return (f"P = {t.precision:.2f}  R = {t.recall:.2f}  F1 = {t.f1:.2f}  "
           f"(matched {t.matched}, gold {t.gold}, test {t.test}; "
           f"{t.valid_sentences} valid of {t.sentences} sentences)")
-
-
-def read_lines(path: str) -> list[str]:
-  """Lines of a text file; a final newline does not add an empty line."""
-  with open(path, encoding="utf-8") as f:
-    lines = f.read().split("\n")
-  if lines and lines[-1] == "":
-    lines.pop()  # the final newline does not start another tree
-  return lines
 
 
 def format_report(report: Report) -> str:

@@ -13,6 +13,7 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
+from data_gen import trees
 from data_gen import wsj_parsing as wp
 from t2t_keras import evalb
 from t2t_keras.cli import parse_eval
@@ -201,7 +202,7 @@ PUNCT = {",", ":", "``", "''", "."}
 
 def _countable(node):
   """A non-terminal EVALB counts: it covers a word with a non-punct tag."""
-  return any(isinstance(k, wp.Tree) and k.is_preterminal() and
+  return any(isinstance(k, trees.Tree) and k.is_preterminal() and
              k.label not in PUNCT for k in _subtrees(node))
 
 
@@ -220,9 +221,9 @@ def test_removing_one_bracket_per_tree_on_sample_dev_trees():
   rng = random.Random(0)
   gold_lines, test_lines, removed, gold_count = [], [], 0, 0
   for n in wp.SAMPLE_FILES["dev"]:
-    for tree in wp.read_mrg_file(str(SAMPLE_DIR / f"wsj_{n:04d}.mrg")):
-      clean = wp.clean_tree(tree)
-      gold_lines.append(wp.tree_to_string(clean))
+    for tree in trees.read_mrg_file(str(SAMPLE_DIR / f"wsj_{n:04d}.mrg")):
+      clean = trees.clean_tree(tree)
+      gold_lines.append(trees.tree_to_string(clean))
       inner = [t for t in _subtrees(clean)
                if t is not clean and not t.is_preterminal()]
       gold_count += sum(map(_countable, inner))
@@ -235,7 +236,7 @@ def test_removing_one_bracket_per_tree_on_sample_dev_trees():
           parent.children[i:i + 1] = victim.children
           break
       removed += 1
-      test_lines.append(wp.tree_to_string(clean))
+      test_lines.append(trees.tree_to_string(clean))
   t = evalb.evaluate(gold_lines, test_lines).all
   assert t.valid_sentences == len(gold_lines) == removed == 127
   # Every countable gold bracket is counted; exactly one per tree is gone.

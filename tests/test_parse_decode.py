@@ -88,7 +88,7 @@ def test_decoder_prints_evalb_f1_equal_to_parse_eval(parse_run, tmp_path):
   # Every decode became a tree over exactly the gold words (EVALB may still call a
   # sentence an error when a word's predicted tag is punctuation and the gold one
   # is not, or the reverse: COLLINS.prm deletes punctuation by each tree's tags).
-  from data_gen import wsj_parsing  # pylint: disable=g-import-not-at-top
+  from data_gen.trees import parse_tree  # pylint: disable=g-import-not-at-top
   gold_lines = pathlib.Path(gold).read_text(encoding="utf-8").splitlines()
   for g, t in zip(gold_lines, trees.read_text(encoding="utf-8").splitlines()):
-    assert wsj_parsing.parse_tree(t).leaves() == wsj_parsing.parse_tree(g).leaves()
+    assert parse_tree(t).leaves() == parse_tree(g).leaves()

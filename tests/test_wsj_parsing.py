@@ -1,15 +1,13 @@
-"""Tests for data_gen/wsj_parsing.py: cleaning, linearization, repair, problems."""
+"""Tests for data_gen/wsj_parsing.py: splits, problems, gold trees (tree code: test_trees.py)."""
 
 import os
 import pathlib
-import re
 import shutil
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from data_gen import registry
+from data_gen import trees
 from data_gen import wsj_parsing as wp
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -20,191 +18,10 @@ needs_sample = pytest.mark.skipif(not SAMPLE_DIR.is_dir(),
 CAT = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))"
 
 
-def t2t_scan(one_line_tree):
-  """T2T's token-scan linearization (reference §7), written independently.
-
-  Reads a one-line `(TOP ...)` tree token by token: `(X` emits X, every `)`
-  after the first of a run closes a non-terminal and emits `/X`; TOP and
-  /TOP are stripped.
-  """
-  stack, tags, words = [], [], []
-  for tok in one_line_tree.split():
-    if tok.startswith("("):
-      tags.append(tok[1:])
-      stack.append(tok[1:])
-    else:
-      word = tok.rstrip(")")
-      closes = len(tok) - len(word)
-      stack.pop()  # the POS tag closes silently
-      for _ in range(closes - 1):
-        tags.append("/" + stack.pop())
-      words.append(word)
-  return words, tags[1:-1]
-
-
-# ---- linearization --------------------------------------------------------
-def test_reference_example():
-  assert wp.words_and_tags_from_wsj_tree(CAT) == (
-      "The cat sat .", "S NP DT NN /NP VP VBD /VP . /S")
-
-
-def test_clean_tree_drops_traces_function_tags_and_outer_bracket():
-  raw = ("( (S (NP-SBJ-1 (-NONE- *T*-1)) (NP-SBJ=2 (NNP John)) "
-         "(VP (VBD said) (SBAR (-NONE- 0) (S (NP-SBJ (-NONE- *T*-2)) "
-         "(VP (VBZ is) (ADVP-TMP=3 (RB now)))))) "
-         "(PRN (-LRB- -LRB-) (NN note) (-RRB- -RRB-)) (. .)) )")
-  # Hand-cleaned: traces and the constituents left empty by them go,
-  # NP-SBJ=2 -> NP, ADVP-TMP=3 -> ADVP, -LRB-/-RRB- stay, outer ( ) -> TOP.
-  want = ("(TOP (S (NP (NNP John)) (VP (VBD said) (SBAR (S (VP (VBZ is) "
-          "(ADVP (RB now)))))) (PRN (-LRB- -LRB-) (NN note) (-RRB- -RRB-)) "
-          "(. .)))")
-  assert wp.tree_to_string(wp.clean_tree(wp.parse_tree(raw))) == want
-  words, tags = wp.linearize(wp.clean_tree(wp.parse_tree(raw)))
-  assert words == "John said is now -LRB- note -RRB- .".split()
-  assert tags == ("S NP NNP /NP VP VBD SBAR S VP VBZ ADVP RB /ADVP /VP /S "
-                  "/SBAR /VP PRN -LRB- NN -RRB- /PRN . /S").split()
-
-
-@pytest.mark.parametrize("label,want", [
-    ("NP-SBJ-1", "NP"), ("PP-LOC=2", "PP"), ("NP=3", "NP"), ("S", "S"),
-    ("-LRB-", "-LRB-"), ("-NONE-", "-NONE-"), ("PRP$", "PRP$"),
-    ("ADVP|PRT", "ADVP|PRT")])
-def test_strip_function_tags(label, want):
-  assert wp.strip_function_tags(label) == want
-
-
-def test_parse_errors_are_clear():
-  with pytest.raises(ValueError, match="left open"):
-    wp.parse_tree("(S (NP (DT a))")
-  with pytest.raises(ValueError, match="closes nothing"):
-    wp.parse_tree("(S (DT a)))")
-  with pytest.raises(ValueError, match="more than one element"):
-    wp.parse_tree("(S (DT a b))")
-  with pytest.raises(ValueError, match="Expected one tree"):
-    wp.parse_tree("(A (B c)) (A (B c))")
-
-
 def _count_trees_by_text(path):
   # Every sample tree starts with "(" in column 0 and nothing else does.
   with open(path, encoding="utf-8") as f:
     return sum(1 for line in f if line.startswith("("))
-
-
-def _sample_files():
-  return sorted(SAMPLE_DIR.glob("wsj_*.mrg"))
-
-
-@needs_sample
-def test_round_trip_is_identity_on_every_sample_tree():
-  count, words_by_regex, words_seen = 0, 0, 0
-  labels = set()
-  for path in _sample_files():
-    text = path.read_text(encoding="utf-8")
-    trees = wp.parse_trees(text)
-    assert len(trees) == _count_trees_by_text(path)
-    # Independent word count: every `(TAG word)` whose tag is not -NONE-.
-    words_by_regex += sum(1 for tag, _ in re.findall(r"\(([^\s()]+) ([^\s()]+)\)",
-                                                     text) if tag != "-NONE-")
-    for tree in trees:
-      count += 1
-      clean = wp.clean_tree(tree)
-      line = wp.tree_to_string(clean)
-      words, tags = wp.linearize(clean)
-      words_seen += len(words)
-      assert (words, tags) == t2t_scan(line), line
-      assert "-NONE-" not in tags
-      labels.update(t for t in tags if not t.startswith("/"))
-      rebuilt = wp.delinearize(" ".join(tags), " ".join(words))
-      assert wp.tree_to_string(rebuilt) == line
-  assert count == 3914
-  assert words_seen == words_by_regex
-  # Cleaned labels are plain PTB labels (ADVP|PRT is the treebank's own
-  # ambiguity label) with no function tags or indices left.
-  assert labels <= wp.PTB_POS_TAGS | wp.PTB_PHRASE_LABELS | {"ADVP|PRT"}
-  assert not any(re.search(r"\w[-=]\w", t) for t in labels)
-
-
-# ---- de-linearization repairs --------------------------------------------
-@pytest.mark.parametrize("targets,words,want", [
-    # Well formed.
-    ("S NP DT NN /NP VP VBD /VP . /S", "The cat sat .", CAT),
-    # Unbalanced: closings missing at the end are added.
-    ("S NP DT NN /NP VP VBD", "The cat sat",
-     "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat))))"),
-    # Closing label mismatch: /VP with no open VP closes the open NP.
-    ("S NP DT NN /VP VP VBD /VP . /S", "The cat sat .", CAT),
-    # /S closes the NP opened inside S as well.
-    ("S NP DT NN /S", "The cat", "(TOP (S (NP (DT The) (NN cat))))"),
-    # Closings with nothing open are dropped.
-    ("/S S NP DT NN /NP VP VBD /VP . /S /S /NP", "The cat sat .", CAT),
-    # Too few POS slots: the last word joins the top constituent as XX.
-    ("S NP DT NN /NP VP VBD /VP /S", "The cat sat .",
-     "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (XX .)))"),
-    # Too many POS slots: slots after the last word are dropped.
-    ("S NP DT NN /NP VP VBD NN /VP . /S", "The cat sat .",
-     "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (NN .))))"),
-    # Constituents without words are removed.
-    ("S NP /NP VP VBD /VP ADJP /ADJP /S", "ran", "(TOP (S (VP (VBD ran))))"),
-    # Empty or closing-only output still covers the words.
-    ("", "Hello world", "(TOP (XX Hello) (XX world))"),
-    ("/S /NP", "a", "(TOP (XX a))"),
-    # Several top-level constituents stay under TOP.
-    ("NP DT /NP VP VBD /VP", "The sat",
-     "(TOP (NP (DT The)) (VP (VBD sat)))"),
-    # Unknown labels: FOO has a closing so it opens; BAR has none: a POS slot.
-    ("S FOO DT /FOO BAR /S", "the x",
-     "(TOP (S (FOO (DT the)) (BAR x)))"),
-    # No words at all.
-    ("S NP DT /NP /S", "", "(TOP)"),
-])
-def test_delinearize_repairs(targets, words, want):
-  assert wp.tree_to_string(wp.delinearize(targets, words)) == want
-
-
-def test_delinearize_default_tag_and_token_lists():
-  tree = wp.delinearize(["S", "NP", "DT", "/NP", "/S"], ["a", "b"],
-                        default_tag="NN")
-  assert wp.tree_to_string(tree) == "(TOP (S (NP (DT a)) (NN b)))"
-
-
-def test_delinearize_deep_nesting():
-  # Decodes can nest as deep as they are long; no recursion limit applies.
-  tree = wp.delinearize("NP " * 3000 + "NN", "a")
-  assert tree.leaves() == ["a"]
-  assert wp.linearize(tree)[1] == ["NP"] * 3000 + ["NN"] + ["/NP"] * 3000
-
-
-_TOKENS = ["S", "NP", "VP", "PP", "/S", "/NP", "/VP", "/PP", "DT", "NN",
-           "VBD", ".", "FOO", "/FOO", "BAR", "/"]
-
-
-def _check_valid(tree, words):
-  """Every node has words, POS nodes exactly one, leaves are the words."""
-  assert tree.label == "TOP"
-  stack = list(tree.children)
-  while stack:
-    node = stack.pop()
-    assert isinstance(node, wp.Tree) and node.children
-    if not node.is_preterminal():
-      assert all(isinstance(c, wp.Tree) for c in node.children)
-      stack.extend(node.children)
-  assert tree.leaves() == words
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(_TOKENS), max_size=40),
-       st.lists(st.sampled_from(["a", "b", "(", "c"]), max_size=12))
-def test_delinearize_always_gives_a_valid_tree(tokens, words):
-  words = [w.replace("(", "-LRB-") for w in words]
-  tree = wp.delinearize(tokens, words)
-  _check_valid(tree, words)
-  line = wp.tree_to_string(tree)
-  if words:
-    assert wp.tree_to_string(wp.parse_tree(line)) == line
-  # A repaired tree is a fixed point: linearize -> delinearize keeps it.
-  again_words, again_tags = wp.linearize(tree)
-  assert again_words == words
-  assert wp.tree_to_string(wp.delinearize(again_tags, again_words)) == line
 
 
 # ---- splits and problems --------------------------------------------------
@@ -236,7 +53,7 @@ def test_sample_split_sizes_by_file():
     for s in samples[:50]:
       assert len(s["inputs"].split()) == sum(
           1 for t in s["targets"].split()
-          if t in wp.PTB_POS_TAGS)
+          if t in trees.PTB_POS_TAGS)
 
 
 @needs_sample
@@ -287,9 +104,9 @@ def test_gold_trees_file_matches_cleaned_trees(tmp_path):
     with open(path, "w", encoding="utf-8") as f:
       f.writelines(s[side] + "\n" for s in samples)
   assert problem.write_gold_trees(str(tmp_path), "dev") == len(samples)
-  want = [wp.tree_to_string(wp.clean_tree(t))
+  want = [trees.tree_to_string(trees.clean_tree(t))
           for n in wp.SAMPLE_FILES["dev"]
-          for t in wp.read_mrg_file(str(SAMPLE_DIR / f"wsj_{n:04d}.mrg"))]
+          for t in trees.read_mrg_file(str(SAMPLE_DIR / f"wsj_{n:04d}.mrg"))]
   gold = pathlib.Path(problem.gold_trees_file(str(tmp_path), "dev"))
   assert gold.name == "parsing_english_ptb_sample.dev.trees"
   assert gold.read_text(encoding="utf-8").splitlines() == want

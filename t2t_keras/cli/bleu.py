@@ -15,6 +15,7 @@ from __future__ import annotations
 from absl import app
 from absl import flags
 
+from data_gen import file_io
 from t2t_keras import bleu
 
 FLAGS = flags.FLAGS
@@ -56,7 +57,8 @@ def bleu_lines(translation: str, reference: str, variant: str,
   if variant not in bleu.BLEU_VARIANTS:
     raise ValueError(f"bleu_variant must be one of {bleu.BLEU_VARIANTS}, "
                      f"got {variant!r}")
-  hyps, refs = bleu.read_aligned_files(translation, reference)
+  hyps, refs = file_io.read_aligned_lines(translation, reference,
+                                          ("translation file", "reference file"))
   out = []
   for lowercase in _SACREBLEU_CASES[variant]:
     score, signature = bleu.corpus_bleu(hyps, refs, tokenize=tokenize,

@@ -15,6 +15,7 @@ import sys
 from absl import app
 from absl import flags
 
+from data_gen import file_io
 from t2t_keras import evalb
 
 FLAGS = flags.FLAGS
@@ -42,19 +43,11 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if not FLAGS.gold or not FLAGS.test:
     raise app.UsageError("Both --gold and --test are required.")
-  gold = evalb.read_lines(FLAGS.gold)
-  test = evalb.read_lines(FLAGS.test)
-  if len(gold) != len(test):
-    raise ValueError(
-        f"--gold {FLAGS.gold} has {len(gold)} lines but --test {FLAGS.test} "
-        f"has {len(test)}; line {min(len(gold), len(test)) + 1} has no "
-        "partner. Both need one tree per line, in the same order.")
+  gold, test = file_io.read_aligned_lines(FLAGS.gold, FLAGS.test, ("--gold", "--test"))
   if FLAGS.linearized_test:
     test = evalb.delinearize_lines(gold, test)
     if FLAGS.write_test_trees:
-      # data_gen (and TensorFlow) is already loaded by delinearize_lines here.
-      from data_gen import generator_utils  # pylint: disable=g-import-not-at-top
-      generator_utils.write_text_atomic(FLAGS.write_test_trees, test)
+      file_io.write_lines(FLAGS.write_test_trees, test)
   params = evalb.EvalbParams(cutoff_len=FLAGS.cutoff_len,
                              gold_punctuation_tags=FLAGS.gold_punctuation_tags)
   max_errors = None if FLAGS.max_errors < 0 else FLAGS.max_errors
