@@ -97,11 +97,6 @@ def normalize_input(text: str) -> str:
 _TOKEN_REGEX = re.compile(r"[^\W_]+|[\W_]+")
 
 
-def is_alphanumeric(char: str) -> bool:
-  """True iff `char` (one character) is in T2T's alphanumeric set."""
-  return char in _alphanumeric_set()
-
-
 def encode(text: str) -> list[str]:
   """Splits `text` into T2T tokens (see module docstring).
 
