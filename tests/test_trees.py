@@ -83,7 +83,7 @@ def test_parse_errors_are_clear():
     trees.parse_tree("(A (B c)) (A (B c))")
 
 
-def _count_trees_by_text(path):
+def count_trees_by_text(path):
   # Every sample tree starts with "(" in column 0 and nothing else does.
   with open(path, encoding="utf-8") as f:
     return sum(1 for line in f if line.startswith("("))
@@ -100,7 +100,7 @@ def test_round_trip_is_identity_on_every_sample_tree():
   for path in _sample_files():
     text = path.read_text(encoding="utf-8")
     file_trees = trees.parse_trees(text)
-    assert len(file_trees) == _count_trees_by_text(path)
+    assert len(file_trees) == count_trees_by_text(path)
     # Independent word count: every `(TAG word)` whose tag is not -NONE-.
     words_by_regex += sum(1 for tag, _ in re.findall(r"\(([^\s()]+) ([^\s()]+)\)",
                                                      text) if tag != "-NONE-")

@@ -9,19 +9,7 @@ import pytest
 from data_gen import registry
 from data_gen import trees
 from data_gen import wsj_parsing as wp
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
-SAMPLE_DIR = REPO.parent / "shared" / "data" / "ptb_wsj_sample"
-needs_sample = pytest.mark.skipif(not SAMPLE_DIR.is_dir(),
-                                  reason=f"WSJ sample not at {SAMPLE_DIR}")
-
-CAT = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))"
-
-
-def _count_trees_by_text(path):
-  # Every sample tree starts with "(" in column 0 and nothing else does.
-  with open(path, encoding="utf-8") as f:
-    return sum(1 for line in f if line.startswith("("))
+from tests.test_trees import CAT, REPO, SAMPLE_DIR, count_trees_by_text, needs_sample
 
 
 # ---- splits and problems --------------------------------------------------
@@ -43,7 +31,7 @@ def test_problems_are_registered():
 def test_sample_split_sizes_by_file():
   want = {}
   for split, numbers in wp.SAMPLE_FILES.items():
-    want[split] = sum(_count_trees_by_text(SAMPLE_DIR / f"wsj_{n:04d}.mrg")
+    want[split] = sum(count_trees_by_text(SAMPLE_DIR / f"wsj_{n:04d}.mrg")
                       for n in numbers)
   assert sum(want.values()) == 3914
   problem = registry.problem("parsing_english_ptb_sample")
@@ -76,7 +64,7 @@ def test_full_wsj_layout_split_by_section(tmp_path):
            for p in wp.split_files(str(tmp_path), split)]
     assert sorted(got) == sorted(r for r, s in layout.items() if s == split)
   problem = registry.problem("parsing_english_ptb16k")
-  n_trees = _count_trees_by_text(src)
+  n_trees = count_trees_by_text(src)
   assert len(list(problem.generate_samples(None, str(tmp_path), "train"))) \
       == 3 * n_trees
 
