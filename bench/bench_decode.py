@@ -42,6 +42,7 @@ import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from bench_train import make_peak_probe  # noqa: E402  pylint: disable=g-import-not-at-top
+from data_gen.text_encoder import EOS_ID  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import decoding  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -114,7 +115,7 @@ def worst_case(args, dtype: str) -> Tuple[Transformer, List[np.ndarray]]:
   model.build()
   rng = np.random.default_rng(0)
   inputs = rng.integers(2, args.vocab_size, size=(args.batch, args.worst_length))
-  inputs[:, -1] = decoding.EOS_ID
+  inputs[:, -1] = EOS_ID
   return model, [inputs.astype(np.int32)]
 
 
@@ -135,7 +136,7 @@ def test_case(args, dtype: str) -> Tuple[Transformer, List[np.ndarray]]:
     lines = f.read().splitlines()
   if args.max_lines:
     lines = lines[:args.max_lines]
-  rows = sorted((vocab.encode(line) + [decoding.EOS_ID] for line in lines), key=len,
+  rows = sorted((vocab.encode(line) + [EOS_ID] for line in lines), key=len,
                 reverse=True)
   batches = []
   for start in range(0, len(rows), args.batch):
@@ -151,7 +152,7 @@ def test_case(args, dtype: str) -> Tuple[Transformer, List[np.ndarray]]:
 def output_tokens(ids: np.ndarray) -> int:
   """Tokens up to and including the first EOS of each row, or up to its last
   non-pad id if it has none (`ids` `[batch, length]`, 0-padded)."""
-  is_eos = ids == decoding.EOS_ID
+  is_eos = ids == EOS_ID
   nonzero = ids != 0
   last = np.where(nonzero.any(1), ids.shape[1] - nonzero[:, ::-1].argmax(1), 0)
   ends = np.where(is_eos.any(1), is_eos.argmax(1) + 1, last)
@@ -163,7 +164,7 @@ def time_mode(model, batches, mode: str, args) -> Dict[str, float]:
   decode_hp = hparams_lib.DecodeHParams(
       beam_size=args.beam_size if search == "beam" else 1, alpha=args.alpha,
       extra_length=args.extra_length)
-  fn = decoding.make_decode_fn(model, decode_hp, model.hparams, use_cache=cache == "cached",
+  fn = decoding.make_decode_fn(model, decode_hp, use_cache=cache == "cached",
                                jit_compile=compile_ == "xla")
 
   def run() -> Tuple[float, int]:

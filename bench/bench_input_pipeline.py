@@ -66,12 +66,12 @@ def time_pipeline(filepattern: str, hparams, num_batches: int, warmup: int = 20)
 def time_model_step(filepattern: str, hparams, vocab_size: int, steps: int):
   """Seconds per transformer train step on this machine, or None if unavailable."""
   try:
-    from t2t_keras import training  # pylint: disable=g-import-not-at-top
+    from t2t_keras import run_dir, training  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     print("model step: t2t_keras.training not importable (%s); ratio pending" % e)
     return None
   strategy = training.create_strategy("one_device")
-  trainer = training.Trainer(hparams, training.ModelSpec(vocab_size, vocab_size, 8), strategy)
+  trainer = training.Trainer(hparams, run_dir.ModelSpec(vocab_size, vocab_size, 8), strategy)
   ds = strategy.experimental_distribute_dataset(
       inputs.make_dataset(filepattern, hparams, "train", seed=2))
   it = iter(ds)

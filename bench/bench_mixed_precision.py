@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from data_gen import registry  # noqa: E402
-from t2t_keras import inputs, training  # noqa: E402
+from t2t_keras import inputs, run_dir, training  # noqa: E402
 from t2t_keras.hparams import create_hparams  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def main():
   args = parser.parse_args()
   problem = registry.problem(args.problem, args.data_dir)
   enc = problem.feature_encoders(args.data_dir)
-  spec = training.ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size,
+  spec = run_dir.ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size,
                             problem.target_space_id)
   hp = create_hparams("transformer_tiny", args.hparams)
   keras.utils.set_random_seed(0)

@@ -93,7 +93,7 @@ def main(argv):
                                      encoders)
     export_secs = time.perf_counter() - start
     serving = tf.saved_model.load(path).signatures["serving_default"]
-    decoder = decode_text.TextDecoder(model, hp, encoders, decode_hp.replace(batch_size=32),
+    decoder = decode_text.TextDecoder(model, encoders, decode_hp.replace(batch_size=32),
                                       log=lambda line: None)
     systems = {
         "SavedModel": lambda lines: serving(inputs=tf.constant(lines))["outputs"].numpy(),

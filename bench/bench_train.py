@@ -33,6 +33,7 @@ import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras import run_dir  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import training  # noqa: E402  pylint: disable=g-import-not-at-top
 
 CONFIGS = ("float32:eager", "float32:xla", "bfloat16:eager", "bfloat16:xla")
@@ -119,7 +120,7 @@ def make_trainer_probe(args, dtype: str, xla: bool):
   training.set_mixed_precision("none" if dtype == "float32" else "bfloat16")
   try:
     hp = hparams_lib.create_hparams(args.hparams_set, args.hparams)
-    spec = training.ModelSpec(args.vocab_size, args.vocab_size)
+    spec = run_dir.ModelSpec(args.vocab_size, args.vocab_size)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     trainer = training.Trainer(hp, spec, strategy, jit_compile=xla)
   finally:

@@ -30,8 +30,6 @@ RESERVED_TOKENS = [PAD, EOS]
 NUM_RESERVED_TOKENS = len(RESERVED_TOKENS)
 PAD_ID = RESERVED_TOKENS.index(PAD)  # 0
 EOS_ID = RESERVED_TOKENS.index(EOS)  # 1
-# TODO(issue 14): drop once t2t_keras/export.py imports it from data_gen.file_io.
-readable_file_mode = file_io.readable_file_mode
 
 _CACHE_MAX_ENTRIES = 2 ** 20
 

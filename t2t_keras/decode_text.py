@@ -15,17 +15,17 @@ and the tab-separated n-best columns stay intact.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from data_gen import tokenizer
+from data_gen import file_io, tokenizer
+from data_gen.text_encoder import EOS_ID
 from t2t_keras import bleu as bleu_lib
 from t2t_keras import decoding
-from t2t_keras.hparams import DecodeHParams, HParams
+from t2t_keras.hparams import DecodeHParams
 from t2t_keras.model import Transformer
 
 DEFAULT_FILE_BATCH_SIZE = 32  # T2T: decode_hparams.batch_size=0 means 32 from a file
@@ -40,64 +40,28 @@ def clean_output(text: str) -> str:
   return text.translate(_BREAKS_TABLE)
 
 
-def read_lines(path: str, delimiter: str = "\n") -> List[str]:
-  """Lines of a UTF-8 file; a trailing delimiter does not add a line.
-
-  Raises:
-    ValueError: naming the file and line of invalid UTF-8.
-  """
-  with open(path, "rb") as f:
-    data = f.read()
-  raw = data.split(delimiter.encode("utf-8"))
-  if raw and raw[-1] == b"":
-    raw.pop()
-  lines = []
-  for number, line in enumerate(raw, start=1):
-    try:
-      lines.append(line.decode("utf-8").rstrip("\r"))
-    except UnicodeDecodeError as err:
-      raise ValueError(f"{path}:{number}: invalid UTF-8 ({err.reason} at byte "
-                       f"{err.start}); fix or re-encode the file, e.g. with iconv.") from None
-  return lines
-
-
-def write_lines_atomic(path: str, lines: Sequence[str]) -> None:
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  tmp = f"{path}.tmp-{os.getpid()}"
-  try:
-    with open(tmp, "w", encoding="utf-8") as f:
-      for line in lines:
-        f.write(line + "\n")
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
-
-
 class TextDecoder:
   """Decodes and scores text with a trained model.
 
   Args:
     model: a Transformer with restored weights.
-    hparams: its HParams (sampling settings for beam 1).
     encoders: {"inputs": encoder, "targets": encoder} (SubwordTextEncoder API).
-    decode_hp: DecodeHParams.
+    decode_hp: DecodeHParams (beam search, or greedy / sampling with beam_size 1).
     use_cache: cached incremental decoding (default) or full recomputation.
     jit_compile: XLA-compile decoding (input lengths padded to multiples of 8).
     log: function taking one progress line.
   """
 
-  def __init__(self, model: Transformer, hparams: HParams, encoders: Dict, decode_hp:
-               DecodeHParams, use_cache: bool = True, jit_compile: bool = False,
+  def __init__(self, model: Transformer, encoders: Dict, decode_hp: DecodeHParams,
+               use_cache: bool = True, jit_compile: bool = False,
                log: Callable[[str], None] = print):
     self.model = model
     self.encoders = encoders
     self.decode_hp = decode_hp
     self.jit_compile = jit_compile
     self.log = log
-    self.decode_fn = decoding.make_decode_fn(model, decode_hp, hparams, use_cache, jit_compile)
+    self.decode_fn = decoding.make_decode_fn(model, decode_hp, use_cache=use_cache,
+                                             jit_compile=jit_compile)
     self.score_fn = tf.function(lambda x, y: decoding.score_targets(model, x, y),
                                 input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2)
     self.truncated = 0
@@ -115,7 +79,7 @@ class TextDecoder:
     if side == "inputs" and limit > 0 and len(ids) > limit:
       ids = ids[:limit]
       self.truncated += 1
-    return ids + [decoding.EOS_ID]
+    return ids + [EOS_ID]
 
   def _pad(self, rows: List[List[int]]) -> np.ndarray:
     length = max(len(r) for r in rows)
@@ -181,9 +145,8 @@ class TextDecoder:
     return scores
 
 
-def make_bleu_hook(model: Transformer, hparams: HParams, encoders: Dict,
-                   decode_hp: DecodeHParams, source: str, reference: str,
-                   max_lines: int = 0,
+def make_bleu_hook(model: Transformer, encoders: Dict, decode_hp: DecodeHParams, source: str,
+                   reference: str, max_lines: int = 0,
                    paper_language: Optional[str] = None) -> Callable[[int], Dict[str, float]]:
   """fn(step) -> {"bleu": sacrebleu BLEU} decoding `source` (first `max_lines`).
 
@@ -191,13 +154,14 @@ def make_bleu_hook(model: Transformer, hparams: HParams, encoders: Dict,
   "bleu_tokenized": the paper's tokenized BLEU (`bleu.paper_bleu`), cheap next
   to the decoding.
   """
-  sources, references = read_lines(source), read_lines(reference)
+  sources = file_io.read_lines(source, name="source")
+  references = file_io.read_lines(reference, name="reference")
   if len(sources) != len(references):
     raise ValueError(f"{source} has {len(sources)} lines but {reference} has "
                      f"{len(references)}.")
   if max_lines:
     sources, references = sources[:max_lines], references[:max_lines]
-  decoder = TextDecoder(model, hparams, encoders, decode_hp, log=lambda line: None)
+  decoder = TextDecoder(model, encoders, decode_hp, log=lambda line: None)
 
   def hook(step: int) -> Dict[str, float]:
     del step

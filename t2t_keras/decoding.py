@@ -20,98 +20,66 @@ alone. The paper used extra 50 (parsing 300); T2T's default is 100.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from t2t_keras import beam_search
-from t2t_keras.hparams import DecodeHParams, HParams
+from data_gen.text_encoder import EOS_ID, PAD_ID
+from t2t_keras import beam_search, sampling
+from t2t_keras.decoding_state import DecodingState, Memory
+from t2t_keras.hparams import DecodeHParams
 from t2t_keras.model import Transformer
-
-EOS_ID = 1
 
 
 def _input_lengths(inputs: tf.Tensor) -> tf.Tensor:
   """Non-pad length of each row, EOS included: `[batch]` int32."""
-  return tf.reduce_sum(tf.cast(tf.not_equal(inputs, 0), tf.int32), axis=1)
+  return tf.reduce_sum(tf.cast(tf.not_equal(inputs, PAD_ID), tf.int32), axis=1)
 
 
-def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True,
-                              static: Optional[Dict] = None):
-  """Returns the `symbols_to_logits_fn` of `beam_search` for `model`.
+def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True) -> Callable:
+  """The `symbols_to_logits_fn(ids, i, state)` of the decoding loops for `model`.
 
-  cached: `model.decode_step` on the last id with fixed-size key/value buffers.
-  uncached: re-runs the decoder over the whole prefix each step (T2T's slow path),
-  reading only `cache["encoder_output"]` and `cache["encdec_bias"]`.
-
-  static: optional second output of `split_cache`: the tensors that never
-  change and are the same for every beam of an item. They stay out of
-  `cache`, which beam search repeats per beam and reorders every step; `cache`
-  is then the first output of `split_cache` and is returned in that form.
-  The cached fn then also takes and returns the third output, the key/value
-  buffers, as beam search's `slot_states`: fn(ids, i, cache, slots).
+  cached: `model.decode_step` on the last id, with the state of
+  `initial_state(..., use_cache=True)`.
+  uncached: re-runs the decoder over the whole prefix each step (T2T's slow
+  path), reading only the state's `per_item` memory (encoder output and bias).
   """
-  def cached(ids, i, cache):
-    return model.decode_step(ids[:, i], i, cache)
+  def cached(ids, i, state):
+    return model.decode_step(ids[:, i], i, state)
 
-  def cached_beams(ids, i, cache, slots):
-    state = {"encdec_bias": static["encdec_bias"], "history": cache["history"],
-             "layers": [dict(own, **fixed) for own, fixed in
-                        zip(slots["layers"], static["layers"])]}
-    logits, state = model.decode_step(ids[:, i], i, state)
-    return logits, dict(cache, history=state["history"]), _slot_buffers(state)
-
-  def uncached(ids, i, cache):
-    fixed = cache if static is None else static
+  def uncached(ids, i, state):
+    memory = state.per_item
     targets = ids[:, 1:]  # positions > i are still 0 and causally invisible at i
-    logits = model.decode(targets, fixed["encoder_output"], fixed["encdec_bias"],
-                          training=False)
-    return tf.gather(logits, i, axis=1), cache
+    logits = model.decode(targets, memory.encoder_output, memory.bias, training=False)
+    return tf.gather(logits, i, axis=1), state
 
-  if not use_cache:
-    return uncached
-  return cached if static is None else cached_beams
+  return cached if use_cache else uncached
 
 
-def _slot_buffers(cache: Dict) -> Dict:
-  """The self-attention buffers of a decoding cache: beam search's `slot_states`."""
-  return {"layers": [{"k": layer["k"], "v": layer["v"]} for layer in cache["layers"]]}
+def initial_state(model: Transformer, encoder_output: tf.Tensor, encdec_bias: tf.Tensor,
+                  decode_length, beams: int = 1, use_cache: bool = True) -> DecodingState:
+  """The decoding state before step 0 (see `decoding_state.py`).
 
-
-def split_cache(cache: Dict, beam_size: int) -> Tuple[Dict, Dict, Optional[Dict]]:
-  """Splits a decoding cache into (per-beam state, static part, slot buffers).
-
-  Everything that is fixed during decoding and equal across the beams of an
-  item stays out of the per-beam state, so no step reorders it. Cached path
-  (`model.init_cache(..., beams=beam_size)`): the encoder-decoder bias and
-  keys/values keep one row per item (the beams of an item attend to them
-  together, see `MultiHeadAttention`); the self-attention buffers are beam
-  search's `slot_states` (never reordered); the per-beam state is the small
-  "history" table that beam search repeats and reorders. Uncached path: the
-  encoder output and bias are repeated to `[batch * beam_size, ...]` once, in
-  beam search's item-major row order; the per-beam state is empty and there
-  are no slot buffers.
+  cached: `model.init_decoding_state`: encoder-decoder keys/values once per
+  item, empty self-attention buffers shared by the beams of an item, and with
+  beams > 1 the per-beam history. uncached: only the encoder output and bias,
+  repeated once to one row per hypothesis (item-major) for beam search.
   """
-  if "layers" not in cache:  # uncached
-    tile = lambda t: tf.repeat(t, beam_size, axis=0)
-    static = {"encoder_output": tile(cache["encoder_output"]),
-              "encdec_bias": tile(cache["encdec_bias"])}
-    return {}, static, None
-  static = {"encdec_bias": cache["encdec_bias"],
-            "layers": [{"k_encdec": layer["k_encdec"], "v_encdec": layer["v_encdec"]}
-                       for layer in cache["layers"]]}
-  return {"history": cache["history"]}, static, _slot_buffers(cache)
+  if use_cache:
+    return model.init_decoding_state(encoder_output, encdec_bias, decode_length, beams)
+  memory = Memory(encdec_bias, encoder_output=encoder_output)
+  return DecodingState(per_item=memory.repeat(beams) if beams > 1 else memory)
 
 
 def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
-               hparams: HParams, use_cache: bool = True,
+               use_cache: bool = True,
                decode_length: Optional[int] = None) -> Tuple[tf.Tensor, tf.Tensor]:
   """Decodes a batch of padded input ids (run it inside tf.function).
 
   Args:
     inputs: `[batch, input_length]` int ids ending in EOS, 0-padded.
-    decode_hp: beam_size, alpha, extra_length, return_beams.
-    hparams: sampling_method / sampling_temp / sampling_keep_top_k for beam 1.
+    decode_hp: beam_size, alpha, extra_length, return_beams; with beam_size 1
+      sampling_method, sampling_temp and sampling_keep_top_k.
     decode_length: static output buffer length (default input_length +
       extra_length); each sentence stops at min(its cap, decode_length), its
       cap being its non-pad input length + extra_length.
@@ -130,44 +98,38 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
     decode_length = (known if known is not None else tf.shape(inputs)[1]) + \
         decode_hp.extra_length
   cap = _input_lengths(inputs) + decode_hp.extra_length
+  beams = decode_hp.beam_size
   encoder_output, encdec_bias = model.encode(inputs, training=False)
-  if use_cache:
-    cache = model.init_cache(encoder_output, encdec_bias, decode_length,
-                             beams=decode_hp.beam_size)
-  else:
-    cache = {"encoder_output": encoder_output, "encdec_bias": encdec_bias}
-  initial = tf.zeros([tf.shape(inputs)[0]], tf.int32)
-  if decode_hp.beam_size > 1:
-    cache, static, slots = split_cache(cache, decode_hp.beam_size)
-    fn = make_symbols_to_logits_fn(model, use_cache, static)
-    top = decode_hp.beam_size if decode_hp.return_beams else 1
-    ids, scores = beam_search.beam_search(
-        fn, initial, decode_hp.beam_size, decode_length, model.target_vocab_size,
-        decode_hp.alpha, states=cache, eos_id=EOS_ID, stop_early=True, top_beams=top,
-        slot_states=slots, decode_lengths=cap)
-    ids = ids[:, :, 1:]
-    return (ids, scores) if decode_hp.return_beams else (ids[:, 0], scores[:, 0])
+  state = initial_state(model, encoder_output, encdec_bias, decode_length, beams, use_cache)
   fn = make_symbols_to_logits_fn(model, use_cache)
-  if hparams.sampling_method == "argmax":
-    ids, scores = beam_search.greedy_search(fn, initial, decode_length, EOS_ID, cache,
-                                            decode_lengths=cap)
+  initial = tf.zeros([tf.shape(inputs)[0]], tf.int32)
+  if beams > 1:
+    options = beam_search.BeamSearchOptions(
+        beams, model.target_vocab_size, decode_hp.alpha, eos_id=EOS_ID, stop_early=True,
+        top_beams=beams if decode_hp.return_beams else 1)
+    out = beam_search.beam_search(fn, initial, decode_length, options, state,
+                                  decode_lengths=cap)
+    ids = out.ids[:, :, 1:]
+    return (ids, out.scores) if decode_hp.return_beams else (ids[:, 0], out.scores[:, 0])
+  if decode_hp.sampling_method == "argmax":
+    ids, scores = sampling.greedy_search(fn, initial, decode_length, EOS_ID, state,
+                                         decode_lengths=cap)
   else:
-    ids, scores = beam_search.sample(fn, initial, decode_length, hparams.sampling_temp,
-                                     hparams.sampling_keep_top_k, eos_id=EOS_ID,
-                                     states=cache, decode_lengths=cap)
+    ids, scores = sampling.sample(fn, initial, decode_length, decode_hp.sampling_temp,
+                                  decode_hp.sampling_keep_top_k, eos_id=EOS_ID, state=state,
+                                  decode_lengths=cap)
   ids = ids[:, 1:]
   return (ids[:, None], scores[:, None]) if decode_hp.return_beams else (ids, scores)
 
 
-def make_decode_fn(model: Transformer, decode_hp: DecodeHParams, hparams: HParams,
-                   use_cache: bool = True, jit_compile: bool = False) -> Callable:
-  """A tf.function inputs `[batch, length]` -> (ids, scores).
+def make_decode_fn(model: Transformer, decode_hp: DecodeHParams, use_cache: bool = True,
+                   jit_compile: bool = False) -> Callable:
+  """A tf.function inputs `[batch, length]` -> (ids, scores) of `decode_ids`.
 
   With jit_compile the function is traced per input shape (decode_length is then
   static, as XLA needs); callers pad lengths to a few buckets to bound retracing.
   """
-  fn = functools.partial(decode_ids, model, decode_hp=decode_hp, hparams=hparams,
-                         use_cache=use_cache)
+  fn = functools.partial(decode_ids, model, decode_hp=decode_hp, use_cache=use_cache)
   if jit_compile:
     return tf.function(fn, jit_compile=True)
   return tf.function(fn, input_signature=[tf.TensorSpec([None, None], tf.int32)])
@@ -188,6 +150,6 @@ def strip_ids(ids: Sequence[int]) -> List[int]:
   for i in ids:
     if i == EOS_ID:
       break
-    if i != 0:
+    if i != PAD_ID:
       out.append(int(i))
   return out

@@ -1,10 +1,9 @@
 """A training run: T2T's schedules over a Trainer, with checkpoints and summaries.
 
-`output_dir` holds what a run needs to resume and what decoder and exporter read:
-`hparams.json`, `run.json` (problem name, vocabulary sizes, target space, and
-why the last training stopped), checkpoints `ckpt-<step>` kept by
-`tf.train.CheckpointManager`, and TensorBoard logs (train in `output_dir`,
-evaluation in `output_dir/eval`).
+`output_dir` holds what a run needs to resume and what decoder and exporter read
+(run_dir.py describes the files): `hparams.json`, `run.json`, checkpoints
+`ckpt-<step>` kept by `tf.train.CheckpointManager`, and TensorBoard logs (train
+in `output_dir`, evaluation in `output_dir/eval`).
 
 TF writes each checkpoint completely before it updates the `checkpoint` state
 file, so a kill at any moment leaves a loadable one. Files damaged or lost
@@ -25,7 +24,6 @@ every step, so all workers stop after the same step.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from typing import Callable, Dict, Optional
@@ -34,14 +32,17 @@ import tensorflow as tf
 
 from t2t_keras import checkpoints
 from t2t_keras import inputs as inputs_lib
-from t2t_keras.hparams import HParams
-from t2t_keras.training import ModelSpec, Trainer, check_finite
+from t2t_keras import run_dir
+from t2t_keras.training import Trainer, check_finite
+
+# Temporary aliases while callers move to run_dir (the run directory's one owner).
+load_trained_model = run_dir.load_trained_model
+load_run_files = run_dir.load_run_files
+save_or_check_run_files = run_dir.save_or_check_run_files
+record_stop = run_dir.record_stop
 
 SCHEDULES = ("train", "evaluate", "train_and_evaluate", "continuous_train_and_eval",
              "continuous_eval")
-STOP_REASONS = ("train_steps", "train_seconds", "signal")
-# run.json entries that change from one training invocation to the next.
-_RUN_STATUS_KEYS = ("start_step", "stop_reason", "stop_step")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,75 +74,6 @@ class RunConfig:
         raise ValueError(f"{name} must be >= {low}, got {value!r}.")
     if not self.output_dir:
       raise ValueError("output_dir is required.")
-
-
-def write_atomic(path: str, text: str) -> None:
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with tf.io.gfile.GFile(tmp, "w") as f:
-    f.write(text)
-  tf.io.gfile.rename(tmp, path, overwrite=True)
-
-
-def _read_json(path: str):
-  with tf.io.gfile.GFile(path) as f:
-    return json.load(f)
-
-
-def save_or_check_run_files(output_dir: str, hparams: HParams, problem_name: str,
-                            spec: ModelSpec) -> None:
-  """Writes hparams.json and run.json, or checks them against an existing run.
-
-  Raises:
-    ValueError: when `output_dir` holds a run with other hparams or problem, naming
-      the differing fields: resuming it silently with new values would corrupt it.
-  """
-  if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
-    raise ValueError(f"output_dir {output_dir} is a file, not a directory.")
-  run = {"problem": problem_name, **dataclasses.asdict(spec)}
-  hparams_path = os.path.join(output_dir, "hparams.json")
-  run_path = os.path.join(output_dir, "run.json")
-  if tf.io.gfile.exists(hparams_path):
-    old = _read_json(hparams_path)
-    new = hparams.to_dict()
-    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-    if diff:
-      details = ", ".join(f"{k}: {old.get(k)!r} in the run, {new.get(k)!r} now" for k in diff)
-      raise ValueError(
-          f"{output_dir} holds a run with different hparams ({details}). Use another "
-          "--output_dir, or the same --hparams_set/--hparams to resume it.")
-  status = {}
-  if tf.io.gfile.exists(run_path):
-    old_run = _read_json(run_path)
-    status = {k: old_run.pop(k) for k in _RUN_STATUS_KEYS if k in old_run}
-    if old_run != run:
-      raise ValueError(f"{output_dir} holds a run of {old_run}, not {run}. Use another "
-                       "--output_dir.")
-  tf.io.gfile.makedirs(output_dir)
-  write_atomic(hparams_path, hparams.to_json())
-  write_atomic(run_path, json.dumps({**run, **status}, indent=2, sort_keys=True))
-
-
-def record_stop(output_dir: str, reason: str, start_step: int, step: int) -> None:
-  """Records in run.json from which step the last training ran, to which and why it stopped."""
-  run_path = os.path.join(output_dir, "run.json")
-  run = _read_json(run_path) if tf.io.gfile.exists(run_path) else {}
-  run.update(start_step=start_step, stop_reason=reason, stop_step=step)
-  write_atomic(run_path, json.dumps(run, indent=2, sort_keys=True))
-
-
-def load_run_files(output_dir: str):
-  """(HParams, problem name, ModelSpec) saved by a training run in `output_dir`."""
-  hparams_path = os.path.join(output_dir, "hparams.json")
-  if not tf.io.gfile.exists(hparams_path):
-    raise FileNotFoundError(
-        f"No hparams.json in {output_dir}: train a model there first with "
-        f"t2t_keras_trainer --output_dir={output_dir} ...")
-  with tf.io.gfile.GFile(hparams_path) as f:
-    hparams = HParams.from_json(f.read())
-  run = _read_json(os.path.join(output_dir, "run.json"))
-  problem = run.pop("problem")
-  fields = {f.name for f in dataclasses.fields(ModelSpec)}
-  return hparams, problem, ModelSpec(**{k: v for k, v in run.items() if k in fields})
 
 
 class Experiment:
@@ -264,7 +196,7 @@ class Experiment:
 
     Returns:
       A summary: steps, tokens, wall_time_s, final_loss, flops and stop_reason
-      (one of STOP_REASONS; empty when there was nothing to train).
+      (one of run_dir.STOP_REASONS; empty when there was nothing to train).
     """
     cfg = self.config
     step = self.restore(repair=True)
@@ -288,7 +220,7 @@ class Experiment:
         if eval_every and reason != "signal":  # a signalled job may have seconds left
           self.evaluate()
     if self.is_chief:
-      record_stop(cfg.output_dir, reason, start_step, step)
+      run_dir.record_stop(cfg.output_dir, reason, start_step, step)
     wall = time.time() - start_time
     summary = {"steps": step - start_step, "tokens": tokens, "wall_time_s": wall,
                "final_loss": last.get("loss", float("nan")), "stop_reason": reason}
@@ -394,48 +326,3 @@ def _is_chief(strategy) -> bool:
 def _hms(seconds: float) -> str:
   seconds = int(max(seconds, 0))
   return f"{seconds // 3600}h{seconds // 60 % 60:02d}m{seconds % 60:02d}s"
-
-
-def load_trained_model(output_dir: str, checkpoint_path: Optional[str] = None,
-                       log: Optional[Callable[[str], None]] = None):
-  """Rebuilds the model of a run from hparams.json/run.json and restores weights.
-
-  Args:
-    output_dir: the training run directory.
-    checkpoint_path: a checkpoint prefix (e.g. an averaged one) or a directory of
-      checkpoints; default: the newest loadable checkpoint of `output_dir`.
-    log: receives a warning when newer checkpoints were skipped as damaged.
-  Returns:
-    (model, hparams, problem_name, spec, checkpoint_path).
-  Raises:
-    checkpoints.CheckpointError: no checkpoint, or an explicit one that is
-      damaged or partial (naming the file).
-  """
-  from t2t_keras.model import Transformer
-  hparams, problem, spec = load_run_files(output_dir)
-  path = checkpoint_path
-  if path and tf.io.gfile.isdir(path):
-    directory, path = path, None
-  else:
-    directory = output_dir
-  if path:
-    try:
-      checkpoints.verify_checkpoint(path)
-    except checkpoints.CheckpointError as e:
-      raise checkpoints.CheckpointError(f"Checkpoint {path} is not usable: {e}.") from None
-  else:
-    path, damaged = checkpoints.newest_loadable(directory)
-    if path is None:
-      detail = f" ({checkpoints.describe(damaged)})" if damaged else ""
-      raise checkpoints.CheckpointError(
-          f"No loadable checkpoint in {directory}{detail}: train with t2t_keras_trainer "
-          f"--output_dir={output_dir}, or pass --checkpoint_path.")
-    if damaged and log is not None:
-      log(f"WARNING: skipped damaged or partial checkpoint(s): "
-          f"{checkpoints.describe(damaged)}; using {path}.")
-  model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
-                      spec.target_space_id, name="transformer")
-  model.build()
-  tf.train.Checkpoint(model=model).read(path).expect_partial() \
-      .assert_existing_objects_matched()
-  return model, hparams, problem, spec, path

@@ -42,13 +42,13 @@ from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
+from data_gen.file_io import readable_file_mode
 from data_gen.graph_text_encoder import GraphSubwordEncoder, is_valid_utf8
-from data_gen.text_encoder import readable_file_mode
+from data_gen.text_encoder import EOS_ID, PAD_ID
 from t2t_keras import decode_text, decoding
 from t2t_keras.hparams import DecodeHParams, HParams
 from t2t_keras.model import Transformer
 
-EOS_ID = decoding.EOS_ID
 TEXT_SIGNATURE = "serving_default"
 EXAMPLE_SIGNATURE = "serialized_example"
 TEXT_INPUT_KEY = "inputs"
@@ -87,10 +87,12 @@ def _mask_empty(ids: tf.Tensor, scores: tf.Tensor, empty: tf.Tensor):
 
 
 def _ids_to_text(encoder: GraphSubwordEncoder, ids: tf.Tensor) -> tf.Tensor:
-  """int32 `[batch, length]` -> tf.string `[batch]`, cut at EOS, PAD dropped."""
-  before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1), 0)
-  keep = tf.logical_and(before_eos, tf.not_equal(ids, 0))
-  text = encoder.decode(tf.ragged.boolean_mask(ids, keep))
+  """int32 `[batch, length]` -> tf.string `[batch]`, cut at EOS, PAD dropped.
+
+  As `TextDecoder` (`decoding.strip_ids`): every PAD a model emits is dropped,
+  not only the trailing ones.
+  """
+  text = encoder.decode(tf.ragged.boolean_mask(ids, tf.not_equal(ids, PAD_ID)), cut_at_eos=True)
   return tf.strings.regex_replace(text, _BREAKS_PATTERN, " ")  # = decode_text.clean_output
 
 
@@ -126,7 +128,6 @@ class ServingModule(tf.Module):
     self.model_variables = [v.value for v in model.variables]
     self._model_fn = lambda: model  # a closure, so the Keras model is not tracked
     self.decode_hp = decode_hp
-    self.hparams = hparams
     self.cap = input_cap(decode_hp, hparams)
     self.input_encoder = GraphSubwordEncoder(vocab_files["inputs"])
     if os.path.abspath(vocab_files["targets"]) == os.path.abspath(vocab_files["inputs"]):
@@ -146,8 +147,7 @@ class ServingModule(tf.Module):
 
   def _decode(self, ids: tf.Tensor, empty: tf.Tensor):
     """ids int32 `[batch, length]` -> masked (ids, scores) as `decode_ids`."""
-    out, scores = decoding.decode_ids(self._model_fn(), ids, self.decode_hp, self.hparams,
-                                      use_cache=True)
+    out, scores = decoding.decode_ids(self._model_fn(), ids, self.decode_hp, use_cache=True)
     return _mask_empty(out, scores, empty)
 
   def _serve_text(self, inputs: tf.Tensor) -> Dict[str, tf.Tensor]:

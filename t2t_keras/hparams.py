@@ -6,7 +6,12 @@ T2T override string such as ``--hparams='num_heads=16,pos=emb'`` works unchanged
 Unlike T2T's mutable object, it is a frozen dataclass: derive a new one with
 `replace` or `parse_overrides`.
 
-`DecodeHParams` holds T2T's decode hparams (`utils/decoding.py:decode_hparams`).
+`DecodeHParams` holds T2T's decode hparams (`utils/decoding.py:decode_hparams`),
+and the sampling settings T2T kept among the model hparams (`sampling_method`,
+`sampling_temp`, `sampling_keep_top_k`): they change decoding, not the model.
+T2T's way of setting them still works: an `--hparams` string may name them
+(`HParams.parse` checks and sets them aside, `create_decode_hparams` takes them
+from it), and an older run's hparams.json that holds them still loads.
 
 Where the paper and T2T differ, T2T's value is the default of the T2T-named sets
 and the paper's is available by name (the `transformer_paper_*` sets) or override:
@@ -24,8 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 _PREPOST_CHARS = set("adnz")
 POS_CHOICES = ("timing", "timing_paper", "emb", "none")
@@ -40,10 +46,30 @@ LEARNING_RATE_FACTORS = ("constant", "linear_warmup", "rsqrt_decay", "rsqrt_norm
 # `learning_rate_decay_scheme` values of the legacy schedule. T2T's "piecewise"
 # reads `learning_rate_boundaries` / `learning_rate_multiples`, fields not kept here.
 LEGACY_DECAY_SCHEMES = ("noam", "none", "exp", "cosine", "cyclelinear10x", "sqrt")
+# DecodeHParams fields that T2T kept in its model hparams (`--hparams=sampling_method=random`).
+DECODE_FIELDS_IN_HPARAMS = ("sampling_method", "sampling_temp", "sampling_keep_top_k")
+
+
+class _Fields:
+  """`replace` / `parse` / `to_dict` of the frozen hparams dataclasses."""
+
+  def replace(self, **changes: Any):
+    """Returns a copy with `changes` applied (validated like the constructor)."""
+    unknown = sorted(set(changes) - set(field_names(type(self))))
+    if unknown:
+      raise ValueError(_unknown_message(type(self), unknown[0]))
+    return dataclasses.replace(self, **changes)
+
+  def parse(self, overrides: str):
+    """Applies a T2T override string such as ``'num_heads=16,pos=emb'``."""
+    return self.replace(**parse_overrides(type(self), overrides))
+
+  def to_dict(self) -> Dict[str, Any]:
+    return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
-class HParams:
+class HParams(_Fields):
   """Model, optimization and input hyperparameters (T2T names and defaults)."""
 
   # Model size.
@@ -107,10 +133,6 @@ class HParams:
   batch_shuffle_size: int = 512
   max_input_seq_length: int = 0
   max_target_seq_length: int = 0
-  # Greedy decoding / sampling (model hparams in T2T).
-  sampling_method: str = "argmax"
-  sampling_temp: float = 1.0
-  sampling_keep_top_k: int = -1
 
   def __post_init__(self):
     _check_positive(self, ("hidden_size", "filter_size", "num_heads",
@@ -150,15 +172,6 @@ class HParams:
       raise ValueError(f"hparams.initializer: unknown initializer {self.initializer!r}; "
                        f"supported (T2T's names): {', '.join(map(repr, INITIALIZERS))}.")
     _check_learning_rate(self)
-    if self.sampling_method not in ("argmax", "random"):
-      raise ValueError("hparams.sampling_method must be 'argmax' or 'random', got "
-                       f"{self.sampling_method!r}.")
-    if self.sampling_temp < 0:
-      raise ValueError(f"hparams.sampling_temp must be >= 0 (0: argmax), got "
-                       f"{self.sampling_temp!r}.")
-    if self.sampling_keep_top_k == 0 or self.sampling_keep_top_k < -1:
-      raise ValueError("hparams.sampling_keep_top_k must be -1 (keep all) or >= 1, got "
-                       f"{self.sampling_keep_top_k!r}.")
     if self.optimizer.lower() not in ("adam", "multistep_adam", "multistepadam", "true_adam",
                                       "lazy_adam"):
       raise ValueError("hparams.optimizer must be one of adam, multistep_adam, true_adam, "
@@ -181,29 +194,29 @@ class HParams:
   def value_channels(self) -> int:
     return self.attention_value_channels or self.hidden_size
 
-  def replace(self, **changes: Any) -> "HParams":
-    """Returns a copy with `changes` applied (validated like the constructor)."""
-    unknown = sorted(set(changes) - set(field_names(type(self))))
-    if unknown:
-      raise ValueError(_unknown_message(type(self), unknown[0]))
-    return dataclasses.replace(self, **changes)
-
   def parse(self, overrides: str) -> "HParams":
-    """Applies a T2T override string such as ``'num_heads=16,pos=emb'``."""
-    return self.replace(**parse_overrides(type(self), overrides))
+    """Applies a T2T override string such as ``'num_heads=16,pos=emb'``.
 
-  def to_dict(self) -> Dict[str, Any]:
-    return dataclasses.asdict(self)
+    T2T's decoding settings (`DECODE_FIELDS_IN_HPARAMS`) are checked and set
+    aside: `create_decode_hparams(..., hparams_overrides=)` applies them.
+    """
+    return self.replace(**split_decode_fields(parse_overrides(HParams, overrides))[0])
 
   def to_json(self) -> str:
     return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
   @classmethod
   def from_json(cls, text: str) -> "HParams":
-    values = json.loads(text)
+    """HParams of a hparams.json; the decoding settings older runs saved are dropped."""
+    values, decode = split_decode_fields(json.loads(text))
     unknown = sorted(set(values) - set(field_names(cls)))
     if unknown:
       raise ValueError(_unknown_message(cls, unknown[0]))
+    changed = {k: v for k, v in decode.items() if v != getattr(DecodeHParams, k)}
+    if changed:
+      logging.warning("hparams.json sets the decoding settings %s, which are decode "
+                      "hparams now: pass --decode_hparams=%s to decode with them.", changed,
+                      ",".join(f"{k}={v}" for k, v in sorted(changed.items())))
     return cls(**values)
 
 
@@ -216,7 +229,7 @@ _REFUSED_DECODE_HPARAMS = (
 
 
 @dataclasses.dataclass(frozen=True)
-class DecodeHParams:
+class DecodeHParams(_Fields):
   """T2T's decode hparams (`--decode_hparams`), same names and defaults."""
 
   beam_size: int = 4
@@ -232,6 +245,10 @@ class DecodeHParams:
   num_decodes: int = 1  # Refused unless 1 (not implemented).
   skip_eos_postprocess: bool = False  # Refused when true (not implemented).
   log_results: bool = True  # Log each input and output ("Inference results ...").
+  # Decoding with beam_size=1 (model hparams in T2T).
+  sampling_method: str = "argmax"  # or "random"
+  sampling_temp: float = 1.0  # Softmax temperature of "random"; 0: argmax.
+  sampling_keep_top_k: int = -1  # "random" draws among the k most likely ids; -1: all.
 
   def __post_init__(self):
     for name, supported, why in _REFUSED_DECODE_HPARAMS:
@@ -256,18 +273,32 @@ class DecodeHParams:
       raise ValueError(f"decode_hparams.alpha must be >= 0, got {self.alpha}.")
     if self.extra_length < 0:
       raise ValueError(f"decode_hparams.extra_length must be >= 0, got {self.extra_length}.")
+    _check_sampling("decode_hparams", self.sampling_method, self.sampling_temp,
+                    self.sampling_keep_top_k)
 
-  def replace(self, **changes: Any) -> "DecodeHParams":
-    unknown = sorted(set(changes) - set(field_names(type(self))))
-    if unknown:
-      raise ValueError(_unknown_message(type(self), unknown[0]))
-    return dataclasses.replace(self, **changes)
 
-  def parse(self, overrides: str) -> "DecodeHParams":
-    return self.replace(**parse_overrides(type(self), overrides))
+def _check_sampling(owner: str, method: str, temp: float, keep_top_k: int) -> None:
+  """The checks of the sampling settings; `owner` names where they were given."""
+  if method not in ("argmax", "random"):
+    raise ValueError(f"{owner}.sampling_method must be 'argmax' or 'random', got {method!r}.")
+  if temp < 0:
+    raise ValueError(f"{owner}.sampling_temp must be >= 0 (0: argmax), got {temp!r}.")
+  if keep_top_k == 0 or keep_top_k < -1:
+    raise ValueError(f"{owner}.sampling_keep_top_k must be -1 (keep all) or >= 1, got "
+                     f"{keep_top_k!r}.")
 
-  def to_dict(self) -> Dict[str, Any]:
-    return dataclasses.asdict(self)
+
+def split_decode_fields(values: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+  """(model values, decoding settings) of HParams values that may hold T2T's
+  decoding settings (`DECODE_FIELDS_IN_HPARAMS`), which are checked here.
+
+  Raises:
+    ValueError: a decoding setting's value is invalid, named as `hparams.<name>`.
+  """
+  decode = {k: v for k, v in values.items() if k in DECODE_FIELDS_IN_HPARAMS}
+  setting = lambda name: decode.get(name, getattr(DecodeHParams, name))
+  _check_sampling("hparams", *map(setting, DECODE_FIELDS_IN_HPARAMS))
+  return {k: v for k, v in values.items() if k not in decode}, decode
 
 
 # ---------------------------------------------------------------------------
@@ -283,10 +314,15 @@ def field_names(cls) -> List[str]:
 
 
 def _field_types(cls) -> Dict[str, type]:
+  """Field name -> type of `cls`; HParams also takes T2T's decoding settings."""
   # `from __future__ import annotations` makes annotations strings.
   mapping = {"int": int, "float": float, "bool": bool, "str": str}
-  return {f.name: mapping[f.type] if isinstance(f.type, str) else f.type
-          for f in dataclasses.fields(cls)}
+  types = {f.name: mapping[f.type] if isinstance(f.type, str) else f.type
+           for f in dataclasses.fields(cls)}
+  if cls is HParams:
+    decode = _field_types(DecodeHParams)
+    types.update((name, decode[name]) for name in DECODE_FIELDS_IN_HPARAMS)
+  return types
 
 
 def _unknown_message(cls, name: str) -> str:
@@ -528,5 +564,21 @@ def create_hparams(hparams_set: str, overrides: str = "") -> HParams:
   return _REGISTRY[hparams_set]().parse(overrides)
 
 
-def create_decode_hparams(overrides: str = "") -> DecodeHParams:
-  return DecodeHParams().parse(overrides)
+def create_decode_hparams(overrides: str = "", hparams_overrides: str = "") -> DecodeHParams:
+  """DecodeHParams with T2T-syntax `overrides` (`--decode_hparams`) applied.
+
+  `hparams_overrides` (`--hparams`) may hold the decoding settings T2T kept
+  among the model hparams (`DECODE_FIELDS_IN_HPARAMS`, e.g.
+  `sampling_method=random`); they are applied too. Its other names are only
+  checked here.
+
+  Raises:
+    ValueError: a bad override, or a setting given in both strings.
+  """
+  routed = split_decode_fields(parse_overrides(HParams, hparams_overrides))[1]
+  values = parse_overrides(DecodeHParams, overrides)
+  twice = sorted(set(routed) & set(values))
+  if twice:
+    raise ValueError(f"{twice[0]} is given in both --hparams and --decode_hparams; give it "
+                     "once (in --decode_hparams).")
+  return DecodeHParams().replace(**routed, **values)

@@ -1,28 +1,41 @@
 """The Transformer (T2T `models/transformer.py`) as a Keras 3 model.
 
-`call(features)` is teacher-forced training/evaluation: inputs, targets -> logits.
-`encode`, `init_cache` and `decode_step` are the pieces of fast incremental
-decoding: the encoder runs once, encoder-decoder keys/values are computed once
-per layer, and self-attention keys/values live in fixed-size buffers that each
-step writes at its index (shape-stable, so the loop compiles with XLA).
+`call(features)` is teacher-forced training/evaluation: inputs, targets -> logits
+(and, on request, every attention weight). `encode`, `init_decoding_state` and
+`decode_step` are the pieces of fast incremental decoding: the encoder runs
+once, encoder-decoder keys/values are computed once per layer, and
+self-attention keys/values live in fixed-size buffers that each step writes at
+its index (shape-stable, so the loop compiles with XLA); `decoding_state.py`
+owns that layout.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import keras
 import tensorflow as tf
 
+from data_gen.text_encoder import PAD_ID
+from t2t_keras.decoding_state import DecodingState, Memory
 from t2t_keras.hparams import HParams
 from t2t_keras.layers.attention import (attention_bias_ignore_padding,
-                                        attention_bias_lower_triangle,
-                                        large_compatible_negative)
+                                        attention_bias_lower_triangle, attention_bias_visible)
 from t2t_keras.layers.embedding import PositionEmbedding, SymbolModality
 from t2t_keras.layers.initializers import get_variable_initializer
 from t2t_keras.layers.transformer_layers import TransformerDecoder, TransformerEncoder
 
-Cache = Dict[str, Any]
+
+class AttentionScores(NamedTuple):
+  """Attention weights of every layer, each `[batch, heads, length_q, length_kv]`.
+
+  encoder: encoder self-attention (queries and keys: inputs).
+  decoder: decoder self-attention (targets, causal).
+  encdec: encoder-decoder attention (queries: targets, keys: inputs).
+  """
+  encoder: List[tf.Tensor]
+  decoder: List[tf.Tensor]
+  encdec: List[tf.Tensor]
 
 
 def shift_right_3d(x: tf.Tensor) -> tf.Tensor:
@@ -44,9 +57,11 @@ class Transformer(keras.Model):
     features: dict with "inputs" `[batch, input_length]` and "targets"
       `[batch, target_length]` int ids, 0-padded.
     training: Python bool.
+    return_attention_scores: also return every attention weight.
 
   Returns:
-    float32 logits `[batch, target_length, target_vocab_size]`.
+    float32 logits `[batch, target_length, target_vocab_size]`; with
+    return_attention_scores a pair of them and `AttentionScores`.
   """
 
   def __init__(self, hparams: HParams, input_vocab_size: int,
@@ -114,7 +129,7 @@ class Transformer(keras.Model):
     """
     inputs = tf.cast(inputs, tf.int32)
     x = self.input_modality.embed(inputs)
-    bias = attention_bias_ignore_padding(tf.cast(tf.equal(inputs, 0), tf.float32))
+    bias = attention_bias_ignore_padding(tf.cast(tf.equal(inputs, PAD_ID), tf.float32))
     if self.hparams.use_target_space_embedding:
       space = self.target_space_embedding(tf.constant([self.target_space_id]))
       x += tf.cast(space, x.dtype)[None]
@@ -124,8 +139,15 @@ class Transformer(keras.Model):
   def encode(self, inputs, training=None) -> Tuple[tf.Tensor, tf.Tensor]:
     """inputs `[batch, length]` -> (encoder_output `[batch, length, hidden]`,
     encoder-decoder bias float32 `[batch, 1, 1, length]`)."""
+    encoder_output, bias, _ = self._encode(inputs, training)
+    return encoder_output, bias
+
+  def _encode(self, inputs, training):
+    """`encode` and the encoder's attention weights."""
     x, bias = self.embed_inputs(inputs, training=training)
-    return self.encoder(x, bias, training=training), bias
+    encoder_output, scores = self.encoder(x, bias, training=training,
+                                          return_attention_scores=True)
+    return encoder_output, bias, scores
 
   # -- Teacher-forced decoder ------------------------------------------------
 
@@ -140,97 +162,58 @@ class Transformer(keras.Model):
 
   def decode(self, targets, encoder_output, encdec_bias, training=None) -> tf.Tensor:
     """targets `[batch, length]` -> float32 logits `[batch, length, vocab]`."""
+    return self._decode(targets, encoder_output, encdec_bias, training)[0]
+
+  def _decode(self, targets, encoder_output, encdec_bias, training):
+    """`decode` and the decoder's per-layer (self, encoder-decoder) attention weights."""
     x = self.embed_targets(targets, training=training)
     self_bias = attention_bias_lower_triangle(tf.shape(targets)[1])
-    x = self.decoder(x, encoder_output, self_bias, encdec_bias, training=training)
-    return tf.cast(self.softmax.logits(x), tf.float32)
+    x, scores = self.decoder(x, encoder_output, self_bias, encdec_bias, training=training,
+                             return_attention_scores=True)
+    return tf.cast(self.softmax.logits(x), tf.float32), scores
 
-  def call(self, features, training=None):
-    encoder_output, encdec_bias = self.encode(features["inputs"], training=training)
-    return self.decode(features["targets"], encoder_output, encdec_bias, training=training)
+  def call(self, features, training=None, return_attention_scores=False):
+    encoder_output, encdec_bias, encoder = self._encode(features["inputs"], training)
+    logits, decoder = self._decode(features["targets"], encoder_output, encdec_bias, training)
+    if not return_attention_scores:
+      return logits
+    return logits, AttentionScores(encoder=encoder, decoder=[s for s, _ in decoder],
+                                   encdec=[e for _, e in decoder])
 
   # -- Incremental decoding --------------------------------------------------
 
-  def init_cache(self, encoder_output, encdec_bias, decode_length, beams: int = 1) -> Cache:
-    """Cache for `decode_step`: every tensor has the batch as leading dim.
+  def init_decoding_state(self, encoder_output, encdec_bias, decode_length,
+                          beams: int = 1) -> DecodingState:
+    """The state before step 0 of `decode_step` (see `DecodingState.init`).
 
     Args:
       encoder_output: `[batch, input_length, hidden]`.
       encdec_bias: `[batch, 1, 1, input_length]`.
       decode_length: positions in the self-attention buffers.
       beams: hypotheses per item that share the item's buffers (beam search).
-        With beams > 1 each item's buffers hold `decode_length * beams`
-        positions, position `t * beams + slot` written by beam slot `slot` at
-        step t, and the cache gets a "history" table for beam search to
-        repeat and reorder per beam.
-
-    Returns:
-      {"encdec_bias": `[batch, 1, 1, input_length]`, "layers": [per layer
-      {"k", "v": zeros `[batch, heads, decode_length * beams, depth/heads]`,
-       "k_encdec", "v_encdec": `[batch, heads, input_length, depth/heads]`}]},
-      plus, when beams > 1, "history": False `[batch, decode_length, beams]`
-      (`history[row, t, slot]`: position t of this row's hypothesis is the one
-      slot `slot` wrote at step t).
     """
-    hp = self.hparams
-    batch = tf.shape(encoder_output)[0]
-    dtype = encoder_output.dtype
-    layers = []
-    for layer in self.decoder.layers_:
-      k_encdec, v_encdec = layer.encdec_attention.compute_memory_kv(encoder_output)
-      layers.append({
-          "k": tf.zeros([batch, hp.num_heads, decode_length * beams,
-                         hp.key_channels // hp.num_heads], dtype),
-          "v": tf.zeros([batch, hp.num_heads, decode_length * beams,
-                         hp.value_channels // hp.num_heads], dtype),
-          "k_encdec": k_encdec, "v_encdec": v_encdec})
-    cache = {"encdec_bias": encdec_bias, "layers": layers}
-    if beams > 1:
-      cache["history"] = tf.zeros([batch, decode_length, beams], tf.bool)
-    return cache
+    memory = Memory(encdec_bias, self.decoder.memory_keys_values(encoder_output))
+    return DecodingState.init(memory, decode_length, beams)
 
-  def decode_step(self, ids, i, cache: Cache) -> Tuple[tf.Tensor, Cache]:
-    """One decoding step.
+  def decode_step(self, ids, i, state: DecodingState) -> Tuple[tf.Tensor, DecodingState]:
+    """One decoding step, the `symbols_to_logits_fn` of cached decoding.
 
     Args:
-      ids: `[batch]` int ids of the previous step (0, i.e. a zero embedding, at i=0,
-        which is what shift_right feeds in training).
+      ids: `[rows]` int ids of the previous step (0, i.e. a zero embedding, at i=0,
+        which is what shift_right feeds in training). In beam search rows are
+        item-major beams, and the state's history has one row per beam.
       i: scalar int32 step index (the position being predicted).
-      cache: from `init_cache` or the previous step. In beam search (a
-        "history" `[batch, decode_length, beams]` is present) rows are
-        item-major beams; "encdec_bias", "k", "v", "k_encdec" and "v_encdec"
-        have one row per item, row `item * beams + slot` writes step i at
-        position `i * beams + slot` of its item's buffers and attends to the
-        positions its history marks.
+      state: from `init_decoding_state` or the previous step.
     Returns:
-      (float32 logits `[batch, vocab]`, new cache).
+      (float32 logits `[rows, vocab]`, the state after step i).
     """
     x = self.target_modality.embed(tf.cast(ids, tf.int32)[:, None])
     x = self.targets_position(x, start_index=i)
-    negative = large_compatible_negative(tf.float32)
-    new_cache = dict(cache)
-    if "history" in cache:
-      history = cache["history"]
-      beams = history.shape[2]
-      rows, decode_length = tf.shape(history)[0], tf.shape(history)[1]
-      own_slot = tf.equal(tf.range(rows)[:, None] % beams, tf.range(beams))  # [rows, beams]
-      written = tf.logical_and(own_slot[:, None, :],
-                               tf.equal(tf.range(decode_length), i)[:, None])
-      history = tf.logical_or(history, written)  # [rows, length, beams]
-      new_cache["history"] = history
-      # [items, 1, beams (queries), length * beams (keys, position-major)].
-      self_bias = tf.reshape(tf.where(history, 0.0, negative),
-                             [rows // beams, 1, beams, decode_length * beams])
-    else:
-      decode_length = tf.shape(cache["layers"][0]["k"])[2]
-      # Positions after i are not written yet: mask them like the causal bias does.
-      future = tf.cast(tf.range(decode_length) > i, tf.float32)
-      self_bias = (future * negative)[None, None, None, :]
-    x, layers = self.decoder(x, None, self_bias, cache["encdec_bias"], training=False,
-                             cache=cache["layers"], decode_index=i)
+    state, visible = state.begin_step(i)
+    x, buffers = self.decoder.step(x, attention_bias_visible(visible), state.per_item,
+                                   state.in_place, i)
     logits = tf.cast(self.softmax.logits(x), tf.float32)[:, 0, :]
-    new_cache["layers"] = layers
-    return logits, new_cache
+    return logits, state.replace(in_place=buffers)
 
   def get_config(self):
     return {"hparams": self.hparams.to_dict(), "input_vocab_size": self.input_vocab_size,

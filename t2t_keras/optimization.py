@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import keras
 import tensorflow as tf
@@ -124,16 +125,40 @@ class T2TLearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
     return cls(HParams(**config["hparams"]), config["train_steps"])
 
 
-def create_optimizer(hparams: HParams, train_steps: int = 250000) -> keras.optimizers.Adam:
+class ReducedAdam(keras.optimizers.Adam):
+  """Adam that trusts its gradients to be all-reduced already.
+
+  Keras sums gradients across replicas inside `apply_gradients`; the Trainer
+  all-reduces them itself first (to know the global norm once), so the
+  optimizer's own reduction is skipped. Covered by the MirroredStrategy test.
+  """
+
+  def _all_reduce_sum_gradients(self, grads_and_vars):
+    return list(grads_and_vars)
+
+
+def create_optimizer(hparams: HParams, train_steps: int = 250000,
+                     schedule: Optional[keras.optimizers.schedules.LearningRateSchedule] = None,
+                     all_reduced: bool = False) -> keras.optimizers.Adam:
   """Adam with T2T's β1, β2, ε and schedule.
 
   T2T's `adam` is LazyAdam, whose sparse updates equal dense Adam for the rows a
   batch touches; the shared embedding also serves as the softmax, whose gradient
   is dense, so plain Adam gives the same updates for tied weights.
   Gradient clipping (`clip_grad_norm`) is by global norm, as T2T's optimize_loss.
+
+  Args:
+    hparams: HParams (optimizer_adam_*, clip_grad_norm, the schedule's fields).
+    train_steps: the total number of updates (for schedules that decay to it).
+    schedule: the learning rate; default `T2TLearningRateSchedule(hparams,
+      train_steps)`. A caller that also reports the rate passes its own, so that
+      there is one schedule object.
+    all_reduced: the caller passes gradients already summed over replicas
+      (the Trainer does): a `ReducedAdam`, which does not sum them again.
   """
-  return keras.optimizers.Adam(
-      learning_rate=T2TLearningRateSchedule(hparams, train_steps),
+  cls = ReducedAdam if all_reduced else keras.optimizers.Adam
+  return cls(
+      learning_rate=schedule or T2TLearningRateSchedule(hparams, train_steps),
       beta_1=hparams.optimizer_adam_beta1, beta_2=hparams.optimizer_adam_beta2,
       epsilon=hparams.optimizer_adam_epsilon,
       global_clipnorm=hparams.clip_grad_norm or None)

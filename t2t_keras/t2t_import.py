@@ -255,16 +255,16 @@ def _choose_target_space(problem, source: str, hp: HParams,
   return wanted
 
 
-def _write_notes(run_dir: str, problem_name: str, result: Dict[str, Any], source: str,
+def _write_notes(directory: str, problem_name: str, result: Dict[str, Any], source: str,
                  assigned: int) -> None:
   """trainer_flags.txt (for t2t_keras_trainer --flagfile) and t2t_import.json (provenance)."""
-  from t2t_keras.experiment import write_atomic
-  write_atomic(os.path.join(run_dir, "trainer_flags.txt"), "".join(
+  from data_gen import file_io
+  file_io.write_text(os.path.join(directory, "trainer_flags.txt"), "".join(
       f"--{k}={v}\n" for k, v in (("problem", problem_name),
                                   ("hparams_set", result["hparams_set"]),
                                   ("hparams", result["hparams"]),
                                   ("output_dir", result["output_dir"]))))
-  write_atomic(os.path.join(run_dir, "t2t_import.json"), json.dumps(
+  file_io.write_text(os.path.join(directory, "t2t_import.json"), json.dumps(
       dict(result, t2t_checkpoint=os.path.abspath(source), t2t_variables=assigned),
       indent=2, sort_keys=True))
 
@@ -300,8 +300,8 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
     {"output_dir", "checkpoint", "global_step", "hparams_set", "hparams"}.
   """
   from data_gen import registry
-  from t2t_keras import experiment
-  from t2t_keras.training import ModelSpec, Trainer
+  from t2t_keras import run_dir
+  from t2t_keras.training import Trainer
   if tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir):
     raise ValueError(f"--output_dir={output_dir} exists and is not empty; give a new directory.")
   flags = read_t2t_flags(t2t_output_dir)
@@ -328,9 +328,9 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
     encoders = problem.feature_encoders(tmp)
     if target_space_id is None:
       target_space_id = _choose_target_space(problem, source, hp, log)
-    spec = ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
-                     target_space_id)
-    experiment.save_or_check_run_files(tmp, hp, problem.name, spec)
+    spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
+                             target_space_id)
+    run_dir.save_or_check_run_files(tmp, hp, problem.name, spec)
     trainer = Trainer(hp, spec, tf.distribute.get_strategy(), train_steps=1)
     loaded = load_t2t_weights(trainer.model, source)
     step = loaded["global_step"]

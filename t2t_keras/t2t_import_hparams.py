@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, List, Tuple
 
 import tensorflow as tf
 
-from t2t_keras.hparams import HParams, create_hparams
+from t2t_keras.hparams import DECODE_FIELDS_IN_HPARAMS, DecodeHParams, HParams, create_hparams
 
 # T2T hparams that do not change the transformer's computation, at inference or
 # in training, for a run our model can represent; dropped on import.
@@ -155,6 +155,20 @@ def _convert(name: str, value: Any, kind: str) -> Any:
   return value
 
 
+def _decode_setting_error(name: str, value: Any):
+  """None for T2T's default of a sampling setting, else why it is not imported.
+
+  They change decoding only, and are decode hparams here: a non-default value
+  is refused rather than dropped, so that it is not lost without a word.
+  """
+  default = getattr(DecodeHParams, name)
+  if value == default:
+    return None
+  return (f"T2T hparam {name}={value!r} is a decoding setting in t2t-keras: pass "
+          f"--ignore_t2t_hparams={name} here and decode with "
+          f"--decode_hparams={name}={value}.")
+
+
 def hparams_from_t2t(values: Dict[str, Any], ignore: Iterable[str] = ()) -> HParams:
   """Our HParams from the dict of T2T's hparams.json.
 
@@ -179,6 +193,10 @@ def hparams_from_t2t(values: Dict[str, Any], ignore: Iterable[str] = ()) -> HPar
         mapped[name] = _convert(name, value, kinds[name])
       except ValueError as e:
         errors.append(str(e))
+    elif name in DECODE_FIELDS_IN_HPARAMS:
+      error = _decode_setting_error(name, value)
+      if error:
+        errors.append(error)
     elif name in T2T_REQUIRED_VALUES:
       allowed, what = T2T_REQUIRED_VALUES[name]
       if not any(value == a and type(value) is type(a) or

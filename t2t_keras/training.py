@@ -6,74 +6,88 @@ replica. Its loss is T2T's: the sum of token losses over all micro-batches and
 replicas divided by the sum of their non-pad weights, so that accumulating 4
 micro-batches or splitting a batch over replicas gives the update of one big
 batch. Gradients are all-reduced once, by us, so that the global gradient norm
-is known for clipping and summaries.
+is known for summaries; the optimizer (optimization.create_optimizer) clips
+the summed gradient by that norm.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import logging
 from typing import Dict, Iterator, Optional
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from t2t_keras import cpu_info, losses, metrics, run_dir
 from t2t_keras import flops as flops_lib
-from t2t_keras import losses, metrics
 from t2t_keras.hparams import HParams
-from t2t_keras.model import Transformer
-from t2t_keras.optimization import T2TLearningRateSchedule
+from t2t_keras.optimization import T2TLearningRateSchedule, create_optimizer
+from t2t_keras.run_dir import ModelSpec
 
 
 class NonFiniteLossError(RuntimeError):
   pass
 
 
-class ReducedAdam(keras.optimizers.Adam):
-  """Adam that trusts its gradients to be all-reduced already (we do it once).
-
-  Keras sums gradients across replicas inside `apply_gradients`; the trainer
-  all-reduces them itself first (to clip by the global norm and report it), so
-  the optimizer's own reduction is skipped. Covered by the MirroredStrategy test.
-  """
-
-  def _all_reduce_sum_gradients(self, grads_and_vars):
-    return list(grads_and_vars)
-
-
-def create_strategy(name: Optional[str] = None) -> tf.distribute.Strategy:
+def create_strategy(name: Optional[str] = None,
+                    num_gpus: Optional[int] = None) -> tf.distribute.Strategy:
   """one_device, mirrored or multi_worker_mirrored; None picks mirrored on >1 GPU.
 
   multi_worker_mirrored reads TF_CONFIG and must be created before any other op
-  initializes the TensorFlow runtime.
+  initializes the TensorFlow runtime (so it is created before GPUs are listed).
+
+  Args:
+    name: the strategy, or None.
+    num_gpus: GPUs of this worker to use (T2T's --worker_gpu); default all visible.
+  Raises:
+    ValueError: an unknown `name`, or more GPUs than are visible.
   """
   if name == "multi_worker_mirrored":
     return tf.distribute.MultiWorkerMirroredStrategy()
   gpus = tf.config.list_logical_devices("GPU")
+  count = len(gpus) if num_gpus is None else num_gpus
+  if count > len(gpus) and count > 1:
+    raise ValueError(f"worker_gpu={count} but only {len(gpus)} GPUs are visible.")
   if name is None:
-    name = "mirrored" if len(gpus) > 1 else "one_device"
+    name = "mirrored" if count > 1 else "one_device"
   if name == "one_device":
     return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
-  if name == "mirrored":
-    return tf.distribute.MirroredStrategy()
+  if name == "mirrored":  # None: every visible device
+    return tf.distribute.MirroredStrategy([d.name for d in gpus[:count]] or None)
   raise ValueError("distribution_strategy must be one_device, mirrored or "
                    f"multi_worker_mirrored, got {name!r}.")
 
 
-def set_mixed_precision(mode: str) -> None:
-  """mode: none, bfloat16 or float16 (the latter trains with dynamic loss scaling)."""
+_warned_slow_bfloat16 = False  # the warning is given once per process
+
+
+def set_mixed_precision(mode: str, cpuinfo: Optional[str] = None) -> None:
+  """Sets the global Keras policy for `mode`: none, bfloat16 or float16.
+
+  float16 trains with dynamic loss scaling. bfloat16 on a machine without a GPU
+  whose CPU lacks native bfloat16 arithmetic (read from the CPU flags, see
+  cpu_info.py) logs a warning, once: there bfloat16 is emulated and training is
+  slower than in float32.
+
+  Args:
+    mode: none, bfloat16 or float16.
+    cpuinfo: text of /proc/cpuinfo (read when None; tests pass a fake one).
+  Raises:
+    ValueError: another `mode`.
+  """
+  global _warned_slow_bfloat16
   policies = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
   if mode not in policies:
     raise ValueError(f"mixed_precision must be one of {sorted(policies)}, got {mode!r}.")
   keras.mixed_precision.set_global_policy(policies[mode])
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-  """What the model needs to know of the problem."""
-  input_vocab_size: int
-  target_vocab_size: int
-  target_space_id: int = 0
+  if (mode == "bfloat16" and not _warned_slow_bfloat16 and
+      not tf.config.list_physical_devices("GPU") and not cpu_info.native_bfloat16(cpuinfo)):
+    _warned_slow_bfloat16 = True
+    logging.getLogger(__name__).warning(
+        "mixed_precision=bfloat16 on a CPU without native bfloat16 (%s): bfloat16 math is "
+        "emulated there, so training will be slower than with mixed_precision=none.",
+        cpu_info.describe(cpuinfo))
 
 
 class Trainer:
@@ -94,19 +108,15 @@ class Trainer:
     self.strategy = strategy
     self.jit_compile = jit_compile
     self.accumulate_steps = max(1, hparams.optimizer_multistep_accumulate_steps)
+    self.schedule = T2TLearningRateSchedule(hparams, train_steps)  # the optimizer's too
     with strategy.scope():
-      self.model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
-                               spec.target_space_id, name="transformer")
-      self.model.build()
-      optimizer = ReducedAdam(
-          learning_rate=T2TLearningRateSchedule(hparams, train_steps),
-          beta_1=hparams.optimizer_adam_beta1, beta_2=hparams.optimizer_adam_beta2,
-          epsilon=hparams.optimizer_adam_epsilon)
+      self.model = run_dir.build_model(hparams, spec)
+      # We all-reduce the gradients ourselves, once (see _replica_apply).
+      optimizer = create_optimizer(hparams, schedule=self.schedule, all_reduced=True)
       if keras.mixed_precision.global_policy().name == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
       self.optimizer = optimizer
       self.optimizer.build(self.model.trainable_variables)
-    self.schedule = T2TLearningRateSchedule(hparams, train_steps)
     self._train_fn = None
     self._eval_fn = None
     self._agree_fn = None
@@ -139,7 +149,11 @@ class Trainer:
     return [tf.convert_to_tensor(g) for g in grads], num, den, tf.stack([tokens, flops])
 
   def _replica_apply(self, grads, num, den):
-    """All-reduce, normalize by the global token count, clip, apply (replica context)."""
+    """All-reduce, normalize by the global token count, apply (replica context).
+
+    The optimizer clips by the global norm (`clip_grad_norm`), after the weight
+    decay term is added, as T2T's optimize_loss; the norm returned is before clipping.
+    """
     ctx = tf.distribute.get_replica_context()
     grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
     num, den = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [num, den])
@@ -153,9 +167,6 @@ class Trainer:
       grads = [g if _is_bias(v) else g + tf.cast(hp.weight_decay * scale, g.dtype) * v
                for g, v in zip(grads, variables)]
     grad_norm = tf.linalg.global_norm(grads) / scale
-    if hp.clip_grad_norm:
-      grads, _ = tf.clip_by_global_norm(grads, hp.clip_grad_norm * scale,
-                                        use_norm=grad_norm * scale)
     self.optimizer.apply_gradients(zip(grads, variables))
     return num / den, grad_norm
 

@@ -2,9 +2,10 @@
 
 T2T showed attention in a notebook (`visualization/attention.py`: encoder,
 decoder and encoder-decoder weights of every layer and head for one sentence).
-Here the same three kinds of weights are computed by walking the model's layers
-exactly as its forward pass does, and written as PNG files; the training curves
-(loss and BLEU over steps) are read from a run's TensorBoard event files.
+Here the same three kinds of weights are the ones the model's teacher-forced
+forward pass returns (`return_attention_scores=True`), written as PNG files; the
+training curves (loss and BLEU over steps) are read from a run's TensorBoard
+event files.
 
 Plots use matplotlib's Agg renderer through `matplotlib.figure.Figure` (no
 pyplot global state); install it with `pip install t2t-keras[viz]`. Images have
@@ -13,7 +14,6 @@ exactly the requested pixel size and are written atomically.
 
 from __future__ import annotations
 
-import io
 import math
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -21,13 +21,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from data_gen import file_io
+from data_gen.text_encoder import EOS_ID
 from t2t_keras import decoding
 from t2t_keras.hparams import DecodeHParams
-from t2t_keras.layers.attention import attention_bias_lower_triangle
 from t2t_keras.model import Transformer
 
-KINDS = ("encoder", "decoder", "encdec")
-EOS_ID = 1
+KINDS = ("encoder", "decoder", "encdec")  # the fields of model.AttentionScores
 # Default picture sizes in pixels (width, height) at DPI dots per inch.
 DPI = 100
 HEATMAP_SIZE = (640, 640)
@@ -55,41 +55,11 @@ def _as_ids(name: str, ids, vocab_size: int) -> tf.Tensor:
   return tf.constant(array[None], tf.int32)
 
 
-def _encoder_weights(model: Transformer, inputs: tf.Tensor):
-  """Encoder self-attention weights of each layer, encoder output and padding bias."""
-  # Tests check that attention recomputed from these weights reproduces
-  # `model(features)`.
-  x, bias = model.embed_inputs(inputs, training=False)
-  weights = []
-  for layer in model.encoder.layers_:
-    query = layer.pre(None, x, training=False)
-    weights.append(layer.self_attention.attention_weights(query, bias=bias))
-    x = layer(x, bias, training=False)
-  return weights, model.encoder.final(None, x, training=False), bias
-
-
-def _decoder_weights(model: Transformer, targets: tf.Tensor, encoder_output, encdec_bias):
-  """Decoder self- and encoder-decoder attention weights of each layer."""
-  x = model.embed_targets(targets, training=False)
-  self_bias = attention_bias_lower_triangle(tf.shape(targets)[1])
-  self_weights, encdec_weights = [], []
-  for layer in model.decoder.layers_:
-    query = layer.pre(None, x, training=False)
-    self_weights.append(layer.self_attention.attention_weights(query, bias=self_bias))
-    y = layer.self_attention(query, bias=self_bias, training=False)
-    query = layer.encdec_pre(None, layer.post(x, y, training=False), training=False)
-    encdec_weights.append(layer.encdec_attention.attention_weights(
-        query, encoder_output, bias=encdec_bias))
-    x = layer(x, encoder_output, self_bias, encdec_bias, training=False)
-  return self_weights, encdec_weights
-
-
 def attention_maps(model: Transformer, input_ids, target_ids) -> Maps:
   """Attention weights of every layer and head for one sentence pair.
 
-  The layers are walked with the inputs of the teacher-forced forward pass
-  (embeddings, target-space embedding, positions, shifted targets, causal bias)
-  with dropout off.
+  The weights of the teacher-forced forward pass (`model(features,
+  return_attention_scores=True)`), with dropout off.
 
   Args:
     model: a built Transformer.
@@ -106,11 +76,10 @@ def attention_maps(model: Transformer, input_ids, target_ids) -> Maps:
     raise ValueError("model must be built: call model.build() before attention_maps.")
   inputs = _as_ids("input_ids", input_ids, model.input_vocab_size)
   targets = _as_ids("target_ids", target_ids, model.target_vocab_size)
-  encoder, encoder_output, bias = _encoder_weights(model, inputs)
-  decoder, encdec = _decoder_weights(model, targets, encoder_output, bias)
-  as_numpy = lambda ws: [np.asarray(tf.cast(w[0], tf.float32)) for w in ws]
-  return {"encoder": as_numpy(encoder), "decoder": as_numpy(decoder),
-          "encdec": as_numpy(encdec)}
+  _, scores = model({"inputs": inputs, "targets": targets}, training=False,
+                    return_attention_scores=True)
+  return {kind: [np.asarray(tf.cast(w[0], tf.float32)) for w in getattr(scores, kind)]
+          for kind in KINDS}
 
 
 def greedy_decode(model: Transformer, input_ids, extra_length: int = 50) -> List[int]:
@@ -125,12 +94,11 @@ def greedy_decode(model: Transformer, input_ids, extra_length: int = 50) -> List
   if extra_length < 1:
     raise ValueError(f"extra_length must be >= 1, got {extra_length}.")
   inputs = _as_ids("input_ids", input_ids, model.input_vocab_size)
-  decode_hp = DecodeHParams(beam_size=1, extra_length=extra_length)
-  hparams = model.hparams.replace(sampling_method="argmax")
+  decode_hp = DecodeHParams(beam_size=1, extra_length=extra_length, sampling_method="argmax")
 
   @tf.function(autograph=False)  # Plain tf.while_loop inside; conversion is slow.
   def run(inputs):
-    return decoding.decode_ids(model, inputs, decode_hp, hparams)[0]
+    return decoding.decode_ids(model, inputs, decode_hp)[0]
 
   ids = run(inputs).numpy()[0].tolist()
   return ids[:ids.index(EOS_ID) + 1] if EOS_ID in ids else ids
@@ -183,15 +151,8 @@ def _figure(size: Tuple[int, int], dpi: int):
 
 def _save(fig, path: str, dpi: int) -> str:
   """Writes `fig` as PNG to `path` via a temporary name (never a half-written file)."""
-  buffer = io.BytesIO()
-  fig.savefig(buffer, format="png", dpi=dpi)
-  directory = os.path.dirname(path)
-  if directory:
-    tf.io.gfile.makedirs(directory)
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with tf.io.gfile.GFile(tmp, "wb") as f:
-    f.write(buffer.getvalue())
-  tf.io.gfile.rename(tmp, path, overwrite=True)
+  with file_io.atomic_open(path, "wb") as f:
+    fig.savefig(f, format="png", dpi=dpi)
   return path
 
 

@@ -14,6 +14,8 @@ import pytest
 import tensorflow as tf
 
 from t2t_keras import beam_search as bs
+from t2t_keras import sampling
+from t2t_keras.decoding_state import DecodingState
 from tests import t2t_numpy_decoding as t2t
 
 EOS = 1
@@ -31,12 +33,12 @@ def random_table(seed, length, vocab, eos_boost=0.0, scale=2.0):
 
 
 def table_fn(table):
-  """symbols_to_logits_fn reading `table[i, ids[:, i]]`; cache untouched."""
+  """symbols_to_logits_fn reading `table[i, ids[:, i]]`; state untouched."""
   table = tf.convert_to_tensor(table)
 
-  def fn(ids, i, cache):
+  def fn(ids, i, state):
     last = tf.gather(ids, i, axis=1)  # [n]
-    return tf.gather(table[i], last), cache
+    return tf.gather(table[i], last), state
 
   return fn
 
@@ -145,8 +147,7 @@ def test_beam_dim_helpers_round_trip():
   merged = bs.merge_beam_dim(tf.constant(tiled)).numpy()
   assert merged.shape == (12, 2, 5)
   np.testing.assert_array_equal(merged[4 * 2 + 3], x[2])  # row b*beam + k
-  back = bs.unmerge_beam_dim(tf.constant(merged), 3, 4).numpy()
-  np.testing.assert_array_equal(back, tiled)
+  np.testing.assert_array_equal(merged.reshape(3, 4, 2, 5), tiled)
 
 
 def test_gather_beams_matches_numpy_indexing():
@@ -177,8 +178,9 @@ def test_beam_size_one_equals_greedy(seed):
   table = eos_first_or_last_table(seed, length=7, vocab=6)
   sos = [0, 2, 3, 4, 5]
   fn = table_fn(table)
-  ids, scores = bs.beam_search(fn, tf.constant(sos), 1, 7, 6, alpha=0.0)
-  g_ids, g_scores = bs.greedy_search(fn, tf.constant(sos), 7)
+  ids, scores, _, _ = bs.beam_search(fn, tf.constant(sos), 7,
+                                     bs.BeamSearchOptions(1, 6, alpha=0.0))
+  g_ids, g_scores = sampling.greedy_search(fn, tf.constant(sos), 7)
   np.testing.assert_array_equal(ids.numpy()[:, 0], g_ids.numpy())
   np.testing.assert_allclose(scores.numpy()[:, 0], g_scores.numpy(),
                              rtol=1e-5, atol=1e-5)
@@ -193,8 +195,7 @@ def test_matches_plain_python_t2t_beam_search(seed, alpha):
   # vocab >= 2 * beam, the regime where T2T and this port agree exactly.
   table = random_table(seed, length=7, vocab=7, eos_boost=1.0)
   sos = [0, 2, 3]
-  out = bs.beam_search_with_info(table_fn(table), tf.constant(sos), 3, 7, 7,
-                                 alpha)
+  out = bs.beam_search(table_fn(table), tf.constant(sos), 7, bs.BeamSearchOptions(3, 7, alpha))
   expected, steps = numpy_t2t_beam_search(table, sos, 3, alpha)
   assert int(out.num_steps) == steps
   for b, (seqs, scores) in enumerate(expected):
@@ -218,9 +219,9 @@ def test_beam_search_beats_greedy_on_hand_built_model():
   fn = table_fn(table)
   alpha = 0.6
   best_tokens, best_score = enumerate_finished(table, 0, alpha)[0]
-  g_ids, _ = bs.greedy_search(fn, tf.constant([0]), 3)
+  g_ids, _ = sampling.greedy_search(fn, tf.constant([0]), 3)
   assert finished_tokens(g_ids.numpy()[0]) != best_tokens  # greedy misses
-  ids, scores = bs.beam_search(fn, tf.constant([0]), 2, 3, 4, alpha)
+  ids, scores, _, _ = bs.beam_search(fn, tf.constant([0]), 3, bs.BeamSearchOptions(2, 4, alpha))
   assert finished_tokens(ids.numpy()[0, 0]) == best_tokens == [3, EOS]
   np.testing.assert_allclose(scores.numpy()[0, 0], best_score, rtol=1e-5,
                              atol=1e-5)
@@ -239,8 +240,7 @@ def test_early_stop_keeps_long_sequence_favoured_by_length_penalty():
   table = np.log(probs / probs.sum(-1, keepdims=True)).astype(np.float32)
   best_tokens, best_score = enumerate_finished(table, 0, 2.0)[0]
   assert len(best_tokens) == 6
-  out = bs.beam_search_with_info(table_fn(table), tf.constant([0]), 2, 6, 4,
-                                 2.0)
+  out = bs.beam_search(table_fn(table), tf.constant([0]), 6, bs.BeamSearchOptions(2, 4, 2.0))
   assert finished_tokens(out.ids.numpy()[0, 0]) == best_tokens
   np.testing.assert_allclose(out.scores.numpy()[0, 0], best_score,
                              rtol=1e-5, atol=1e-5)
@@ -254,9 +254,10 @@ def test_large_beam_matches_exhaustive_enumeration(seed, alpha):
   table = random_table(seed, length=4, vocab=4)
   sos = [0, 2, 3]
   fn = table_fn(table)
-  ids, scores = bs.beam_search(fn, tf.constant(sos), 64, 4, 4, alpha,
-                               stop_early=False)
-  top_ids, top_scores = bs.beam_search(fn, tf.constant(sos), 64, 4, 4, alpha)
+  ids, scores, _, _ = bs.beam_search(fn, tf.constant(sos), 4,
+                                     bs.BeamSearchOptions(64, 4, alpha, stop_early=False))
+  top_ids, top_scores, _, _ = bs.beam_search(fn, tf.constant(sos), 4,
+                                             bs.BeamSearchOptions(64, 4, alpha))
   for b, start in enumerate(sos):
     expected = enumerate_finished(table, start, alpha)
     assert len(expected) == 40
@@ -297,8 +298,8 @@ def check_rescored(table, sos, ids, scores, alpha, num_steps):
 def test_nbest_sorted_and_rescored(seed, eos_boost):
   table = random_table(seed, length=8, vocab=8, eos_boost=eos_boost)
   sos = [0, 2, 3, 4, 5]
-  out = bs.beam_search_with_info(table_fn(table), tf.constant(sos), 4, 8, 8,
-                                 0.6, top_beams=4)
+  out = bs.beam_search(table_fn(table), tf.constant(sos), 8,
+                       bs.BeamSearchOptions(4, 8, 0.6, top_beams=4))
   check_rescored(table, sos, out.ids.numpy(), out.scores.numpy(), 0.6,
                  int(out.num_steps))
 
@@ -311,9 +312,8 @@ def traced_beam_search(beam_size, alpha, stop_early, top_beams,
   @tf.function(jit_compile=jit_compile)
   def run(table, sos):
     length, vocab = table.shape[0], table.shape[1]
-    return bs.beam_search_with_info(table_fn(table), sos, beam_size, length,
-                                    vocab, alpha, stop_early=stop_early,
-                                    top_beams=top_beams)
+    return bs.beam_search(table_fn(table), sos, length, bs.BeamSearchOptions(
+        beam_size, vocab, alpha, stop_early=stop_early, top_beams=top_beams))
 
   return run
 
@@ -344,8 +344,7 @@ def test_xla_matches_eager():
   sos = tf.constant([0, 2, 3, 4])
   for seed in range(2):
     table = random_table(seed, length=10, vocab=8, eos_boost=1.0)
-    eager = bs.beam_search_with_info(table_fn(table), sos, 4, 10, 8, 0.6,
-                                     top_beams=4)
+    eager = bs.beam_search(table_fn(table), sos, 10, bs.BeamSearchOptions(4, 8, 0.6, top_beams=4))
     xla = traced_beam_search(4, 0.6, True, 4, True)(table, sos)
     np.testing.assert_array_equal(xla.ids.numpy(), eager.ids.numpy())
     np.testing.assert_allclose(xla.scores.numpy(), eager.scores.numpy(),
@@ -356,13 +355,12 @@ def test_xla_matches_eager():
   @tf.function(jit_compile=True)
   def xla_decode(table, sos):
     fn = table_fn(table)
-    return bs.greedy_search(fn, sos, 10), bs.sample(fn, sos, 10, seed=7,
-                                                    top_k=3)
+    return sampling.greedy_search(fn, sos, 10), sampling.sample(fn, sos, 10, seed=7, top_k=3)
 
   (g_ids, _), (s_ids, _) = xla_decode(table, sos)
   np.testing.assert_array_equal(g_ids.numpy(),
-                                bs.greedy_search(table_fn(table), sos,
-                                                 10)[0].numpy())
+                                sampling.greedy_search(table_fn(table), sos,
+                                                       10)[0].numpy())
   # TF's stateless RNG streams differ between XLA and non-XLA kernels, so
   # XLA samples are checked for reproducibility and for the top-k support.
   np.testing.assert_array_equal(s_ids.numpy(),
@@ -378,11 +376,11 @@ def test_xla_matches_eager():
 def test_decode_length_may_be_a_tensor():
   table = random_table(5, length=6, vocab=7, eos_boost=1.0)
   sos = tf.constant([0, 3])
-  expected = bs.beam_search(table_fn(table), sos, 3, 6, 7, 0.6)
+  expected = bs.beam_search(table_fn(table), sos, 6, bs.BeamSearchOptions(3, 7, 0.6))
 
   @tf.function
   def run(length):
-    return bs.beam_search(table_fn(table), sos, 3, length, 7, 0.6)
+    return bs.beam_search(table_fn(table), sos, length, bs.BeamSearchOptions(3, 7, 0.6))
 
   got = run(tf.constant(6))
   np.testing.assert_array_equal(got[0].numpy(), expected[0].numpy())
@@ -391,11 +389,12 @@ def test_decode_length_may_be_a_tensor():
 
 # ------------------------------------------------------------------ cache ---
 def history_fn(table):
-  """Records each consumed id and the running log-prob in the cache."""
+  """Records each consumed id and the running log-prob in the per-beam state."""
   table = tf.convert_to_tensor(table)
   length = table.shape[0]
 
-  def fn(ids, i, cache):
+  def fn(ids, i, state):
+    cache = state.per_beam
     last = tf.gather(ids, i, axis=1)  # [n]
     prev = tf.gather(ids, tf.maximum(i - 1, 0), axis=1)  # [n]
     step = tf.fill(tf.shape(last), tf.maximum(i - 1, 0))
@@ -405,7 +404,7 @@ def history_fn(table):
     log_prob = cache["nested"]["log_prob"] + tf.where(i > 0, last_log_prob,
                                                       0.0)
     new_cache = {"history": history, "nested": {"log_prob": log_prob}}
-    return tf.gather(table[i], last), new_cache
+    return tf.gather(table[i], last), state.replace(per_beam=new_cache)
 
   return fn
 
@@ -418,17 +417,18 @@ def test_cache_is_gathered_with_beams():
             "nested": {"log_prob": tf.zeros([3])}}
   # eos_id outside the vocab: nothing finishes, so the returned beams are
   # the alive beams, whose cache is the one returned.
-  out = bs.beam_search_with_info(history_fn(table), tf.constant(sos), beam,
-                                 length, vocab, 0.6, states=states, eos_id=99)
+  out = bs.beam_search(history_fn(table), tf.constant(sos), length,
+                       bs.BeamSearchOptions(beam, vocab, 0.6, eos_id=99),
+                       DecodingState(per_beam=states))
   ids = out.ids.numpy().reshape(3 * beam, length + 1)
-  history = out.states["history"].numpy()
+  history = out.state.per_beam["history"].numpy()
   assert history.shape == (3 * beam, length + 1)
   # The fn saw ids 0..length-1 of each final beam, in that beam's order.
   np.testing.assert_array_equal(history[:, :length], ids[:, :length])
   assert np.all(history[:, length] == -1)
   last = table[length - 1, ids[:, length - 1], ids[:, length]]
   np.testing.assert_allclose(
-      out.states["nested"]["log_prob"].numpy() + last,
+      out.state.per_beam["nested"]["log_prob"].numpy() + last,
       out.scores.numpy().reshape(-1), rtol=1e-5, atol=1e-5)
   for b, start in enumerate(sos):  # raw log-probs, as nothing finished
     for k in range(beam):
@@ -444,17 +444,17 @@ def test_states_tiled_per_example():
                                    eos_boost=0.5))
   bias = np.random.default_rng(4).normal(size=(3, vocab)).astype(np.float32)
 
-  def fn(ids, i, cache):
-    logits = tf.gather(table[i], tf.gather(ids, i, axis=1)) + cache["bias"]
-    return logits, cache
+  def fn(ids, i, state):
+    logits = tf.gather(table[i], tf.gather(ids, i, axis=1)) + state.per_beam["bias"]
+    return logits, state
 
   sos = [0, 2, 2]
-  batch = bs.beam_search(fn, tf.constant(sos), 3, length, vocab, 0.6,
-                         states={"bias": tf.constant(bias)}, stop_early=False)
+  options = bs.BeamSearchOptions(3, vocab, 0.6, stop_early=False)
+  batch = bs.beam_search(fn, tf.constant(sos), length, options,
+                         DecodingState(per_beam={"bias": tf.constant(bias)}))
   for b in range(3):
-    single = bs.beam_search(fn, tf.constant(sos[b:b + 1]), 3, length, vocab,
-                            0.6, states={"bias": tf.constant(bias[b:b + 1])},
-                            stop_early=False)
+    single = bs.beam_search(fn, tf.constant(sos[b:b + 1]), length, options,
+                            DecodingState(per_beam={"bias": tf.constant(bias[b:b + 1])}))
     np.testing.assert_array_equal(batch[0].numpy()[b], single[0].numpy()[0])
     np.testing.assert_allclose(batch[1].numpy()[b], single[1].numpy()[0],
                                rtol=1e-6)
@@ -472,22 +472,23 @@ def test_constant_state_outside_cache_matches_gathered_state():
   bias = np.random.default_rng(6).normal(size=(3, vocab)).astype(np.float32)
   sos = tf.constant([0, 2, 2])
 
-  def in_cache(ids, i, cache):
+  def in_cache(ids, i, state):
     last = tf.gather(ids, i, axis=1)
-    return tf.gather(table[i], last) + cache["bias"], cache
+    return tf.gather(table[i], last) + state.per_beam["bias"], state
 
   repeated = tf.repeat(tf.constant(bias), beam, axis=0)  # [3 * beam, vocab]
 
-  def captured(ids, i, cache):
-    return tf.gather(table[i], tf.gather(ids, i, axis=1)) + repeated, cache
+  def captured(ids, i, state):
+    return tf.gather(table[i], tf.gather(ids, i, axis=1)) + repeated, state
 
-  want = bs.beam_search(in_cache, sos, beam, length, vocab, 0.6,
-                        states={"bias": tf.constant(bias)})
-  got = bs.beam_search(captured, sos, beam, length, vocab, 0.6)
+  options = bs.BeamSearchOptions(beam, vocab, 0.6)
+  want = bs.beam_search(in_cache, sos, length, options,
+                        DecodingState(per_beam={"bias": tf.constant(bias)}))
+  got = bs.beam_search(captured, sos, length, options)
   np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
   np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
   # The bias matters: without it the decodes differ.
-  plain = bs.beam_search(table_fn(table.numpy()), sos, beam, length, vocab, 0.6)
+  plain = bs.beam_search(table_fn(table.numpy()), sos, length, options)
   assert not np.array_equal(plain[0].numpy(), want[0].numpy())
 
 def test_slot_states_stay_in_place_and_a_reordered_table_finds_them():
@@ -501,24 +502,27 @@ def test_slot_states_stay_in_place_and_a_reordered_table_finds_them():
   sos = tf.constant([0, 2, 4])
   rows = 3 * beam
 
-  def fn(ids, i, cache, slots):
+  def fn(ids, i, state):
     last = tf.gather(ids, i, axis=1)  # [rows]
     at_i = tf.range(length + 1) == i
-    written = tf.where(at_i, last[:, None], slots["written"])
-    slot_of = tf.where(at_i, tf.range(rows)[:, None], cache["slot_of"])
-    return tf.gather(table[i], last), {"slot_of": slot_of}, {"written": written}
+    written = tf.where(at_i, last[:, None], state.in_place["written"])
+    slot_of = tf.where(at_i, tf.range(rows)[:, None], state.per_beam["slot_of"])
+    return tf.gather(table[i], last), state.replace(per_beam={"slot_of": slot_of},
+                                                    in_place={"written": written})
 
-  out = bs.beam_search_with_info(
-      fn, sos, beam, length, vocab, 0.6, states={"slot_of": tf.fill([3, length + 1], -1)},
-      eos_id=99, slot_states={"written": tf.fill([rows, length + 1], -1)})
+  options = bs.BeamSearchOptions(beam, vocab, 0.6, eos_id=99)
+  out = bs.beam_search(
+      fn, sos, length, options,
+      DecodingState(per_beam={"slot_of": tf.fill([3, length + 1], -1)},
+                    in_place={"written": tf.fill([rows, length + 1], -1)}))
   ids = out.ids.numpy().reshape(rows, length + 1)
-  slot_of = out.states["slot_of"].numpy()[:, :length]
-  written = out.slot_states["written"].numpy()
+  slot_of = out.state.per_beam["slot_of"].numpy()[:, :length]
+  written = out.state.in_place["written"].numpy()
   # Slot r wrote something at every step, in its own row.
   assert np.all(written[:, :length] >= 0) and np.all(written[:, length] == -1)
   seen = written[slot_of, np.arange(length)[None, :]]
   np.testing.assert_array_equal(seen, ids[:, :length])
-  plain = bs.beam_search_with_info(table_fn(table), sos, beam, length, vocab, 0.6, eos_id=99)
+  plain = bs.beam_search(table_fn(table), sos, length, options)
   np.testing.assert_array_equal(out.ids.numpy(), plain.ids.numpy())
   np.testing.assert_array_equal(out.scores.numpy(), plain.scores.numpy())
 
@@ -559,7 +563,7 @@ def test_top_log_prob_extensions_tie_across_blocks_goes_to_lower_id():
 def test_greedy_matches_numpy_reference(seed):
   table = random_table(seed, length=9, vocab=7, eos_boost=0.5)
   sos = [0, 2, 3, 4, 5, 6]
-  ids, scores = bs.greedy_search(table_fn(table), tf.constant(sos), 9)
+  ids, scores = sampling.greedy_search(table_fn(table), tf.constant(sos), 9)
   ref_ids, ref_scores = numpy_greedy(table, sos)
   np.testing.assert_array_equal(ids.numpy(), ref_ids)  # 0 after EOS
   np.testing.assert_allclose(scores.numpy(), ref_scores, rtol=1e-5,
@@ -571,11 +575,11 @@ def test_greedy_stops_when_all_rows_hit_eos():
   table = np.full((20, 4, 4), np.log(0.1), np.float32)
   table[:, :, EOS] = np.log(0.7)  # EOS is everybody's argmax
 
-  def fn(ids, i, cache):
+  def fn(ids, i, state):
     calls.append(int(i))
-    return table_fn(table)(ids, i, cache)
+    return table_fn(table)(ids, i, state)
 
-  ids, _ = bs.greedy_search(fn, tf.constant([0, 2]), 20)  # eager: counts
+  ids, _ = sampling.greedy_search(fn, tf.constant([0, 2]), 20)  # eager: counts
   assert calls == [0]
   np.testing.assert_array_equal(ids.numpy()[:, 1], [EOS, EOS])
   assert not ids.numpy()[:, 2:].any()
@@ -585,10 +589,10 @@ def test_greedy_stops_when_all_rows_hit_eos():
 def test_sample_top_k_one_equals_greedy(temperature):
   table = random_table(21, length=8, vocab=9, eos_boost=0.3, scale=0.7)
   sos = tf.constant([0, 2, 3, 4, 5, 6, 7, 8])
-  g_ids, g_scores = bs.greedy_search(table_fn(table), sos, 8)
+  g_ids, g_scores = sampling.greedy_search(table_fn(table), sos, 8)
   for seed in range(3):
-    ids, scores = bs.sample(table_fn(table), sos, 8, temperature, top_k=1,
-                            seed=seed)
+    ids, scores = sampling.sample(table_fn(table), sos, 8, temperature, top_k=1,
+                                  seed=seed)
     np.testing.assert_array_equal(ids.numpy(), g_ids.numpy())
     np.testing.assert_allclose(scores.numpy(), g_scores.numpy(), rtol=1e-6)
 
@@ -598,17 +602,17 @@ def test_temperature_zero_is_argmax():
   sos = [0, 2, 3, 4]
   ref_ids, _ = numpy_greedy(table, sos)
   for top_k in (-1, 4):
-    ids, _ = bs.sample(table_fn(table), tf.constant(sos), 8, 0.0, top_k,
-                       seed=5)
+    ids, _ = sampling.sample(table_fn(table), tf.constant(sos), 8, 0.0, top_k,
+                             seed=5)
     np.testing.assert_array_equal(ids.numpy(), ref_ids)
 
 
 def test_sample_reproducible_with_seed():
   table = random_table(23, length=8, vocab=9, eos_boost=-2.0, scale=0.3)
   sos = tf.constant(np.arange(64) % 9)
-  first = bs.sample(table_fn(table), sos, 8, seed=(3, 4))
-  again = bs.sample(table_fn(table), sos, 8, seed=(3, 4))
-  other = bs.sample(table_fn(table), sos, 8, seed=(3, 5))
+  first = sampling.sample(table_fn(table), sos, 8, seed=(3, 4))
+  again = sampling.sample(table_fn(table), sos, 8, seed=(3, 4))
+  other = sampling.sample(table_fn(table), sos, 8, seed=(3, 5))
   np.testing.assert_array_equal(first[0].numpy(), again[0].numpy())
   np.testing.assert_array_equal(first[1].numpy(), again[1].numpy())
   # 64 rows of near-uniform choices: equal draws would mean a fixed stream.
@@ -621,11 +625,11 @@ def test_sample_frequencies_match_tempered_softmax(temperature, top_k):
   logits = np.array([1.0, -0.5, 0.3, 2.0, 0.0], np.float32)
   n = 20000
 
-  def fn(ids, i, cache):
-    return tf.tile(tf.constant(logits)[None], [tf.shape(ids)[0], 1]), cache
+  def fn(ids, i, state):
+    return tf.tile(tf.constant(logits)[None], [tf.shape(ids)[0], 1]), state
 
-  ids, scores = bs.sample(fn, tf.zeros([n], tf.int32), 1, temperature, top_k,
-                          seed=1, eos_id=99)
+  ids, scores = sampling.sample(fn, tf.zeros([n], tf.int32), 1, temperature, top_k,
+                                seed=1, eos_id=99)
   drawn = ids.numpy()[:, 1]
   kept = np.argsort(-logits)[:top_k] if top_k > 0 else np.arange(5)
   expected = np.zeros(5)
@@ -643,21 +647,22 @@ def test_bad_arguments_raise_clear_errors():
   fn = table_fn(random_table(0, length=3, vocab=4))
   sos = tf.constant([0])
   cases = [
-      (lambda: bs.beam_search(fn, sos, 0, 3, 4, 0.6), "beam_size"),
-      (lambda: bs.beam_search(fn, sos, 2, 3, 4, 0.6, top_beams=3),
+      (lambda: bs.beam_search(fn, sos, 3, bs.BeamSearchOptions(0, 4, 0.6)), "beam_size"),
+      (lambda: bs.beam_search(fn, sos, 3, bs.BeamSearchOptions(2, 4, 0.6, top_beams=3)),
        "top_beams"),
-      (lambda: bs.beam_search(fn, sos, 2, -1, 4, 0.6), "decode_length"),
-      (lambda: bs.beam_search(fn, sos, 2, 3, 5, 0.6), "vocab_size=5"),
-      (lambda: bs.beam_search(fn, tf.constant([[0]]), 2, 3, 4, 0.6),
+      (lambda: bs.beam_search(fn, sos, -1, bs.BeamSearchOptions(2, 4, 0.6)), "decode_length"),
+      (lambda: bs.beam_search(fn, sos, 3, bs.BeamSearchOptions(2, 5, 0.6)), "vocab_size=5"),
+      (lambda: bs.beam_search(fn, tf.constant([[0]]), 3, bs.BeamSearchOptions(2, 4, 0.6)),
        "initial_ids"),
-      (lambda: bs.sample(fn, sos, 3, temperature=-1.0), "temperature"),
-      (lambda: bs.sample(fn, sos, 3, top_k=0), "top_k"),
-      (lambda: bs.sample(fn, sos, 3, seed=(1, 2, 3)), "seed"),
-      (lambda: bs.sample(fn, sos, 3, top_k=5), "top_k"),
-      (lambda: bs.sample_with_temperature(tf.zeros([2, 4]), 1.0), "seed"),
-      (lambda: bs.beam_search(fn, sos, 2, 3, 4, 0.6,
-                              states={"x": tf.zeros([2, 3])}), "batch=1"),
-      (lambda: bs.greedy_search(fn, sos, 3, states={"x": tf.zeros([3])}),
+      (lambda: sampling.sample(fn, sos, 3, temperature=-1.0), "temperature"),
+      (lambda: sampling.sample(fn, sos, 3, top_k=0), "top_k"),
+      (lambda: sampling.sample(fn, sos, 3, seed=(1, 2, 3)), "seed"),
+      (lambda: sampling.sample(fn, sos, 3, top_k=5), "top_k"),
+      (lambda: sampling.sample_with_temperature(tf.zeros([2, 4]), 1.0), "seed"),
+      (lambda: bs.beam_search(fn, sos, 3, bs.BeamSearchOptions(2, 4, 0.6),
+                              DecodingState(per_beam={"x": tf.zeros([2, 3])})), "batch=1"),
+      (lambda: sampling.greedy_search(fn, sos, 3,
+                                      state=DecodingState(per_beam={"x": tf.zeros([3])})),
        "batch=1"),
   ]
   for call, name in cases:
@@ -711,8 +716,8 @@ def test_at_cap_nothing_is_forced_hand_made_table():
   """
   table = _hand_made_table()
   sos, lengths = [0, 5], [4, 3]
-  out = bs.beam_search_with_info(table_fn(table), tf.constant(sos), 2, 5, 6,
-                                 1.0, decode_lengths=tf.constant(lengths))
+  out = bs.beam_search(table_fn(table), tf.constant(sos), 5, bs.BeamSearchOptions(2, 6, 1.0),
+                       decode_lengths=tf.constant(lengths))
   ids, scores = out.ids.numpy()[:, :, 1:], out.scores.numpy()
   np.testing.assert_array_equal(ids[0, 0], [EOS, 0, 0, 0, 0])
   np.testing.assert_allclose(scores[0, 0], table[0, 0, EOS], rtol=1e-6)
@@ -723,8 +728,8 @@ def test_at_cap_nothing_is_forced_hand_made_table():
     port = t2t.t2t_beam_search(port_fn(table, sos[b]), 2, 1.0, lengths[b], 6)
     assert_equals_port(ids[b], scores[b], *port)
   # Greedy stops at each row's cap without EOS.
-  g_ids, g_scores = bs.greedy_search(table_fn(table), tf.constant(sos), 5,
-                                     decode_lengths=tf.constant(lengths))
+  g_ids, g_scores = sampling.greedy_search(table_fn(table), tf.constant(sos), 5,
+                                           decode_lengths=tf.constant(lengths))
   np.testing.assert_array_equal(g_ids.numpy()[:, 1:],
                                 [[2, 2, 2, 2, 0], [4, 4, 4, 0, 0]])
   for b in range(2):
@@ -745,20 +750,20 @@ def test_per_item_decode_lengths_equal_t2t_on_each_item_alone(seed):
   sos, lengths = [0, 2, 3, 4, 5, 6], [1, 3, 5, 9, 7, 2]
   results, steps = {}, {}
 
-  def counting_fn(ids, i, cache):  # the cache counts each row's steps
-    logits, _ = table_fn(table)(ids, i, cache)
-    return logits, {"steps": cache["steps"] + 1}
+  def counting_fn(ids, i, state):  # the per-beam state counts each row's steps
+    logits, _ = table_fn(table)(ids, i, state)
+    return logits, state.replace(per_beam={"steps": state.per_beam["steps"] + 1})
 
   for top in (1, 3):
-    out = bs.beam_search_with_info(
-        counting_fn, tf.constant(sos), 3, 9, 8, 0.6, top_beams=top,
-        states={"steps": tf.zeros([len(sos)], tf.int32)},
+    out = bs.beam_search(
+        counting_fn, tf.constant(sos), 9, bs.BeamSearchOptions(3, 8, 0.6, top_beams=top),
+        DecodingState(per_beam={"steps": tf.zeros([len(sos)], tf.int32)}),
         decode_lengths=tf.constant(lengths))
     results[top] = out.ids.numpy()[:, :, 1:], out.scores.numpy()
-    # A stopped item keeps the cache of its own last step.
-    steps[top] = out.states["steps"].numpy().reshape([len(sos), 3])[:, 0]
-  g_ids, g_scores = bs.greedy_search(table_fn(table), tf.constant(sos), 9,
-                                     decode_lengths=tf.constant(lengths))
+    # A stopped item keeps the per-beam state of its own last step.
+    steps[top] = out.state.per_beam["steps"].numpy().reshape([len(sos), 3])[:, 0]
+  g_ids, g_scores = sampling.greedy_search(table_fn(table), tf.constant(sos), 9,
+                                           decode_lengths=tf.constant(lengths))
   for b in range(len(sos)):
     fn = port_fn(table, sos[b])
     top1 = t2t.t2t_beam_search(fn, 3, 0.6, lengths[b], 8, stop_early=True)
@@ -781,9 +786,9 @@ def test_sample_stops_each_row_at_its_decode_length_without_eos():
   table[:, :, EOS] = -30.0  # never drawn
   table -= np.log(np.exp(table).sum(-1, keepdims=True))  # normalised again
   lengths = [4, 1, 3]
-  ids, scores = bs.sample(table_fn(table), tf.constant([0, 5, 2]), 5,
-                          temperature=1.0, seed=3,
-                          decode_lengths=tf.constant(lengths))
+  ids, scores = sampling.sample(table_fn(table), tf.constant([0, 5, 2]), 5,
+                                temperature=1.0, seed=3,
+                                decode_lengths=tf.constant(lengths))
   ids = ids.numpy()
   for b, n in enumerate(lengths):
     assert np.all(ids[b, 1:1 + n] != EOS) and not ids[b, 1 + n:].any()

@@ -377,12 +377,12 @@ def test_bleu_hook_reports_tokenized_bleu(monkeypatch, tmp_path):
   monkeypatch.setattr(decode_text, "TextDecoder", FakeDecoder)
   src = _write(tmp_path / "src", ["The e-mail came on Monday."])
   ref = _write(tmp_path / "ref", ["Die E-Mail kam am Montag."])
-  hook = decode_text.make_bleu_hook(None, None, {}, None, src, ref, paper_language="de")
+  hook = decode_text.make_bleu_hook(None, {}, None, src, ref, paper_language="de")
   scores = hook(0)
   assert scores["bleu_tokenized"] == pytest.approx(100 * math.exp(1 - 8 / 7) / math.sqrt(2))
   assert scores["bleu"] == pytest.approx(
       bleu.corpus_bleu(["Die E-Mail kam Montag."], ["Die E-Mail kam am Montag."])[0])
-  assert set(decode_text.make_bleu_hook(None, None, {}, None, src, ref)(0)) == {"bleu"}
+  assert set(decode_text.make_bleu_hook(None, {}, None, src, ref)(0)) == {"bleu"}
 
 
 def test_fast_tokenizer_matches_sacremoses():

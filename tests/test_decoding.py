@@ -120,14 +120,13 @@ def test_each_sentence_decodes_as_t2t_alone():
   """
   model = _PeakyLateEos(_random_model(overrides=",hidden_size=32,"
                                       "filter_size=64,num_heads=2")[0])
-  hp = create_hparams("transformer_tiny")
   lengths, extra, alpha = [2, 3, 4, 6, 8], 4, 0.6
   x = _inputs(np.random.default_rng(0), 30, lengths)
   # The n-best run's top beam is T2T's stop_early top beam: once the best finished
   # score beats the alive bound no later hypothesis can beat it (the top_beams=1
   # stopping itself is checked against the port in test_beam_search.py).
   fns = {name: decoding.make_decode_fn(model, create_decode_hparams(
-      f"beam_size={beam},alpha={alpha},extra_length={extra},return_beams=true"), hp)
+      f"beam_size={beam},alpha={alpha},extra_length={extra},return_beams=true"))
          for name, beam in (("nbest", 4), ("greedy", 1))}
   batch = {name: [t.numpy() for t in fn(tf.constant(x))] for name, fn in fns.items()}
   kinds = set()
@@ -151,11 +150,11 @@ def test_each_sentence_decodes_as_t2t_alone():
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_cached_equals_uncached_random_model(beam):
-  model, hp = _random_model()
+  model, _ = _random_model()
   x = _inputs(np.random.default_rng(0), 30, [5, 3, 7])
   dhp = create_decode_hparams(f"beam_size={beam},extra_length=6")
-  fast = decoding.make_decode_fn(model, dhp, hp, use_cache=True)(tf.constant(x))
-  slow = decoding.make_decode_fn(model, dhp, hp, use_cache=False)(tf.constant(x))
+  fast = decoding.make_decode_fn(model, dhp, use_cache=True)(tf.constant(x))
+  slow = decoding.make_decode_fn(model, dhp, use_cache=False)(tf.constant(x))
   np.testing.assert_array_equal(fast[0].numpy(), slow[0].numpy())
   np.testing.assert_allclose(fast[1].numpy(), slow[1].numpy(), atol=1e-5)
 
@@ -164,35 +163,35 @@ def test_cached_logits_equal_recomputation_each_step():
   model, _ = _random_model()
   x = _inputs(np.random.default_rng(1), 30, [6, 4])
   enc, bias = model.encode(x)
-  cache = {"encoder_output": enc, "encdec_bias": bias}
-  fast_cache = model.init_cache(enc, bias, 8)
+  slow_state = decoding.initial_state(model, enc, bias, 8, use_cache=False)
+  fast_state = model.init_decoding_state(enc, bias, 8)
   ids = np.zeros([2, 9], np.int32)
   fast_fn = decoding.make_symbols_to_logits_fn(model, True)
   slow_fn = decoding.make_symbols_to_logits_fn(model, False)
   for i in range(8):
-    fast, fast_cache = fast_fn(tf.constant(ids), i, fast_cache)
-    slow, _ = slow_fn(tf.constant(ids), i, cache)
+    fast, fast_state = fast_fn(tf.constant(ids), i, fast_state)
+    slow, _ = slow_fn(tf.constant(ids), i, slow_state)
     np.testing.assert_allclose(fast.numpy(), slow.numpy(), atol=1e-5)
     ids[:, i + 1] = np.argmax(fast.numpy(), -1)
 
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_cached_equals_uncached_trained_model(trained, beam):
-  model, hp, encoders = _loaded(trained)
+  model, _, encoders = _loaded(trained)
   lines = ["the big house", "a small red cat runs and the dog sees", "old"]
   rows = [encoders["inputs"].encode(s) + [1] for s in lines]
   width = max(map(len, rows))
   x = tf.constant([r + [0] * (width - len(r)) for r in rows], tf.int32)
   dhp = create_decode_hparams(f"beam_size={beam},alpha=0.6,extra_length=10")
-  fast = decoding.make_decode_fn(model, dhp, hp, use_cache=True)(x)
-  slow = decoding.make_decode_fn(model, dhp, hp, use_cache=False)(x)
+  fast = decoding.make_decode_fn(model, dhp, use_cache=True)(x)
+  slow = decoding.make_decode_fn(model, dhp, use_cache=False)(x)
   np.testing.assert_array_equal(fast[0].numpy(), slow[0].numpy())
   np.testing.assert_allclose(fast[1].numpy(), slow[1].numpy(), atol=1e-4)
 
 
 def test_trained_model_translates(trained):
-  model, hp, encoders = _loaded(trained)
-  decoder = decode_text.TextDecoder(model, hp, encoders, create_decode_hparams("beam_size=4"))
+  model, _, encoders = _loaded(trained)
+  decoder = decode_text.TextDecoder(model, encoders, create_decode_hparams("beam_size=4"))
   out = decoder.decode_lines(["the big house", "a red cat sees the old dog"])
   assert out == ["der groß Haus", "ein rot Katze sieht der alt Hund"]
 
@@ -204,17 +203,18 @@ def test_beam_one_equals_greedy():
   finished, so where that beats greedy's final score beam 1 returns it instead:
   then it is greedy's prefix followed by EOS, with a higher score.
   """
-  model, hp = _random_model()
+  model, _ = _random_model()
   x = tf.constant(_inputs(np.random.default_rng(2), 30, [4, 6, 5, 7, 3, 5]))
   dhp = "extra_length=5,alpha=0.0"
   greedy_ids, greedy_scores = decoding.make_decode_fn(
-      model, create_decode_hparams("beam_size=1," + dhp), hp)(x)
+      model, create_decode_hparams("beam_size=1," + dhp))(x)
   fn = decoding.make_symbols_to_logits_fn(model, True)
   enc, bias = model.encode(x)
-  cache = model.init_cache(enc, bias, int(x.shape[1]) + 5)
-  ids, scores = beam_search.beam_search(fn, tf.zeros([6], tf.int32), 1, int(x.shape[1]) + 5,
-                                        30, 0.0, cache,
-                                        decode_lengths=decoding._input_lengths(x) + 5)
+  state = model.init_decoding_state(enc, bias, int(x.shape[1]) + 5)
+  ids, scores, _, _ = beam_search.beam_search(
+      fn, tf.zeros([6], tf.int32), int(x.shape[1]) + 5,
+      beam_search.BeamSearchOptions(beam_size=1, vocab_size=30, alpha=0.0), state,
+      decode_lengths=decoding._input_lengths(x) + 5)
   same = 0
   for row in range(6):
     got, want = ids[row, 0, 1:].numpy(), greedy_ids[row].numpy()
@@ -230,10 +230,10 @@ def test_beam_one_equals_greedy():
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_batch_equals_alone(beam):
-  model, hp = _random_model()
+  model, _ = _random_model()
   x = _inputs(np.random.default_rng(3), 30, [7, 3, 5, 2])
   dhp = create_decode_hparams(f"beam_size={beam},extra_length=4")
-  fn = decoding.make_decode_fn(model, dhp, hp)
+  fn = decoding.make_decode_fn(model, dhp)
   batch_ids, batch_scores = fn(tf.constant(x))
   for row in range(len(x)):
     length = int(np.count_nonzero(x[row]))
@@ -247,20 +247,20 @@ def test_batch_equals_alone(beam):
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_xla_equals_default(beam):
-  model, hp = _random_model()
+  model, _ = _random_model()
   x = tf.constant(_inputs(np.random.default_rng(4), 30, [6, 4]))
   dhp = create_decode_hparams(f"beam_size={beam},extra_length=5")
-  plain = decoding.make_decode_fn(model, dhp, hp)(x)
-  xla = decoding.make_decode_fn(model, dhp, hp, jit_compile=True)(x)
+  plain = decoding.make_decode_fn(model, dhp)(x)
+  xla = decoding.make_decode_fn(model, dhp, jit_compile=True)(x)
   np.testing.assert_array_equal(plain[0].numpy(), xla[0].numpy())
   np.testing.assert_allclose(plain[1].numpy(), xla[1].numpy(), atol=1e-4)
 
 
 def test_nbest_sorted_and_scores_match_score_file(trained):
-  model, hp, encoders = _loaded(trained)
+  model, _, encoders = _loaded(trained)
   alpha = 0.6
   dhp = create_decode_hparams(f"beam_size=4,alpha={alpha},return_beams=true,extra_length=8")
-  decoder = decode_text.TextDecoder(model, hp, encoders, dhp)
+  decoder = decode_text.TextDecoder(model, encoders, dhp)
   source = "a small cat sees the house"
   x = tf.constant([encoders["inputs"].encode(source) + [1]], tf.int32)
   ids, scores = decoder.decode_fn(x)
@@ -328,14 +328,14 @@ def test_score_file_cli(trained, tmp_path):
 
 
 def test_bleu_hook_of_training_decodes_and_scores(trained, tmp_path):
-  model, hp, encoders = _loaded(trained)
+  model, _, encoders = _loaded(trained)
   src, ref = tmp_path / "dev.en", tmp_path / "dev.de"
   src.write_text("the old dog sees a cat\nthe big house\n", encoding="utf-8")
   ref.write_text("der alt Hund sieht ein Katze\nder groß Haus\n", encoding="utf-8")
-  hook = decode_text.make_bleu_hook(model, hp, encoders, create_decode_hparams("beam_size=2"),
+  hook = decode_text.make_bleu_hook(model, encoders, create_decode_hparams("beam_size=2"),
                                     str(src), str(ref))
   assert hook(0)["bleu"] == pytest.approx(100.0)
   ref.write_text("der alt Hund sieht ein Katze\nx\n", encoding="utf-8")
-  hook = decode_text.make_bleu_hook(model, hp, encoders, create_decode_hparams("beam_size=2"),
+  hook = decode_text.make_bleu_hook(model, encoders, create_decode_hparams("beam_size=2"),
                                     str(src), str(ref), max_lines=1)
   assert hook(0)["bleu"] == pytest.approx(100.0)  # only the first line is decoded

@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the TF-Text ops the SavedModel uses)
 
+from data_gen import file_io
 from t2t_keras import decode_text, decoding, experiment, export
 from t2t_keras.cli import query
 from t2t_keras.hparams import create_decode_hparams
@@ -65,7 +66,7 @@ def loaded(run):
 
 @pytest.fixture(scope="module")
 def text_decoder(run):
-  return decode_text.TextDecoder(run["model"], run["hp"], run["encoders"],
+  return decode_text.TextDecoder(run["model"], run["encoders"],
                                  create_decode_hparams(DECODE_HP), log=lambda line: None)
 
 
@@ -75,8 +76,8 @@ def _translate(loaded, sentences):
 
 
 def _test_lines(run, n=50):
-  return decode_text.read_lines(os.path.join(os.path.dirname(run["data_dir"]), "text",
-                                             "test.en"))[:n]
+  return file_io.read_lines(os.path.join(os.path.dirname(run["data_dir"]), "text",
+                                         "test.en"))[:n]
 
 
 def test_layout_and_versioning(run):
@@ -149,7 +150,7 @@ def test_empty_long_and_mixed_batch(run, loaded):
     assert outputs[i] == _translate(loaded, [batch[i]])[0][0]
   # The long input is cut to `cap` subword tokens, as the Python decoder does.
   assert len(run["encoders"]["inputs"].encode(long_line)) > cap
-  capped = decode_text.TextDecoder(run["model"], run["hp"], run["encoders"],
+  capped = decode_text.TextDecoder(run["model"], run["encoders"],
                                    create_decode_hparams(DECODE_HP).replace(max_input_size=cap),
                                    log=lambda line: None)
   assert outputs[2] == capped.decode_lines([long_line])[0] != ""
@@ -335,7 +336,7 @@ def test_exporter_cli_adds_version_2_and_warmup_parses(run, loaded):
   outputs = tf.saved_model.load(os.path.join(run["export_dir"], "2")).signatures[
       "serving_default"](inputs=tf.constant(lines))["outputs"].numpy()
   assert outputs.shape == (3, 2)
-  beams = decode_text.TextDecoder(run["model"], run["hp"], run["encoders"],
+  beams = decode_text.TextDecoder(run["model"], run["encoders"],
                                   create_decode_hparams(BEAMS_HP), log=lambda line: None)
   expected = beams.decode_lines(lines)
   expected[1] = "\t"  # an empty input gives empty beams (TextDecoder gives one "")

@@ -44,7 +44,7 @@ def served(tmp_path_factory):
     version = export.export_saved_model(stub_decoding.NoModel(), hp, decode_hp,
                                         {"inputs": vocab.filename, "targets": vocab.filename},
                                         export_dir, {"inputs": vocab, "targets": vocab})
-    decoder = decode_text.TextDecoder(stub_decoding.NoModel(), hp,
+    decoder = decode_text.TextDecoder(stub_decoding.NoModel(),
                                       {"inputs": vocab, "targets": vocab}, decode_hp,
                                       log=lambda line: None)
     yield dict(loaded=tf.saved_model.load(version), decoder=decoder, vocab=vocab,

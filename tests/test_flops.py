@@ -115,14 +115,14 @@ def test_decode_flops_equal_graph_matmuls_of_encode_and_steps():
 
   def prepare(inputs):
     encoder_output, bias = model.encode(inputs, training=False)
-    return model.init_cache(encoder_output, bias, steps, beams=beam)
+    return model.init_decoding_state(encoder_output, bias, steps, beams=beam)
 
   once = _graph_matmul_flops(tf.function(prepare).get_concrete_function(inputs).graph)
-  cache = prepare(inputs)
-  cache["history"] = tf.repeat(cache["history"], beam, axis=0)
+  state = prepare(inputs)
+  state = state.replace(per_beam=tf.repeat(state.per_beam, beam, axis=0))
   ids = tf.zeros([BATCH * beam], tf.int32)
-  step_graph = tf.function(lambda ids, c: model.decode_step(ids, tf.constant(2), c)
-                           ).get_concrete_function(ids, cache).graph
+  step_graph = tf.function(lambda ids, s: model.decode_step(ids, tf.constant(2), s)
+                           ).get_concrete_function(ids, state).graph
   per_step = _graph_matmul_flops(step_graph)
   assert once > 0 and per_step > 0
   got = flops.decode_flops(hp, VOCAB, BATCH, INPUT_LENGTH, steps, beam)

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from data_gen import file_io
 from t2t_keras import decode_text, inputs
 from t2t_keras.hparams import DecodeHParams, HParams, create_hparams
 from t2t_keras.model import Transformer
@@ -128,7 +129,8 @@ def observe_training(hp: HParams, _decode_hp=None):
   The update runs the Trainer's own per-replica functions eagerly: the same code
   as its compiled step, without tracing one per probe.
   """
-  from t2t_keras.training import ModelSpec, Trainer, create_strategy
+  from t2t_keras.run_dir import ModelSpec
+  from t2t_keras.training import Trainer, create_strategy
   strategy = create_strategy("one_device")
   tf.keras.utils.set_random_seed(0)
   trainer = Trainer(hp, ModelSpec(VOCAB, VOCAB, 3), strategy, train_steps=100)
@@ -169,13 +171,13 @@ def observe_decoding(hp: HParams, decode_hp: DecodeHParams, path=None, eos_like=
     model.set_weights(_MODELS[hp].get_weights())
     model.softmax.weights_var[1].assign(model.softmax.weights_var[eos_like])
   logs, calls = [], []
-  decoder = decode_text.TextDecoder(model, hp, {"inputs": _encoder(), "targets": _encoder()},
+  decoder = decode_text.TextDecoder(model, {"inputs": _encoder(), "targets": _encoder()},
                                     decode_hp, log=logs.append)
   decode_fn = decoder.decode_fn
   decoder.decode_fn = lambda x: calls.append(1) or decode_fn(x)
   with open(path, "w", encoding="utf-8") as f:
     f.write("ab c;d\nef;g h\n")
-  lines = decode_text.read_lines(path, decode_hp.delimiter)
+  lines = file_io.read_lines(path, decode_hp.delimiter)
   return decoder.decode_lines(lines), logs, len(calls)
 
 
@@ -238,9 +240,6 @@ PROBES = {
         "eval_drop_long_sequences": ("batch_size=64,max_length=10", True, observe_batching),
         "max_input_seq_length": ("batch_size=64", 4, observe_batching),
         "max_target_seq_length": ("batch_size=64", 4, observe_batching),
-        "sampling_method": ("", "random", observe_decoding),
-        "sampling_temp": ("sampling_method=random", 0.3, observe_decoding),
-        "sampling_keep_top_k": ("sampling_method=random", 2, observe_decoding),
     },
     DecodeHParams: {
         "beam_size": ("return_beams=true", 3, observe_decoding),
@@ -253,6 +252,9 @@ PROBES = {
         "max_input_size": ("", 2, observe_decoding),
         "delimiter": ("", ";", observe_decoding),
         "log_results": ("", True, observe_decoding),
+        "sampling_method": ("", "random", observe_decoding),
+        "sampling_temp": ("sampling_method=random", 0.3, observe_decoding),
+        "sampling_keep_top_k": ("sampling_method=random", 2, observe_decoding),
     },
 }
 
@@ -383,8 +385,9 @@ def test_setting_a_field_changes_what_it_controls(cls, name, context, value, obs
 def test_observers_are_deterministic(observer, context, text_path, request):
   """Without this, every probe above would pass on noise."""
   _eager_if_decoding(request, observer)
-  first = _observe(HParams, observer, context, {}, text_path)  # The probes' baseline.
-  hp, decode_hp = _build(HParams, context)
+  cls = DecodeHParams if observer is observe_decoding else HParams  # whose is `context`
+  first = _observe(cls, observer, context, {}, text_path)  # The probes' baseline.
+  hp, decode_hp = _build(cls, context)
   again = (observer(hp, decode_hp, path=text_path) if observer is observe_decoding
            else observer(hp, decode_hp))
   assert _same(first, again)
@@ -394,7 +397,7 @@ def test_decoder_cli_num_samples_and_log_results(tmp_path):
   """num_samples keeps the first N dev examples (and references); log_results logs them."""
   from data_gen import registry
   from t2t_keras import experiment
-  from t2t_keras.training import ModelSpec
+  from t2t_keras.run_dir import ModelSpec
   from tests.tiny_problem import make_tiny_problem
   data_dir = make_tiny_problem(str(tmp_path), train=100, dev=6)
   encoders = registry.problem("translate_from_files", data_dir).feature_encoders(data_dir)

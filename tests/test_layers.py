@@ -2,7 +2,6 @@
 
 import math
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -94,8 +93,8 @@ def test_multihead_attention_matches_numpy_with_separate_depths():
 
 
 def test_beams_sharing_one_memory_equal_numpy_on_tiled_memory():
-  # Decoding cache with k_encdec/v_encdec at one row per item and 3 query rows
-  # (beams) per item: each beam must see exactly its own item's memory.
+  # Decoding memory (encoder-decoder keys/values) at one row per item and 3 query
+  # rows (beams) per item: each beam must see exactly its own item's memory.
   rng = np.random.default_rng(4)
   layer = attention.MultiHeadAttention(key_channels=12, value_channels=8, output_depth=10,
                                        num_heads=4)
@@ -105,8 +104,7 @@ def test_beams_sharing_one_memory_equal_numpy_on_tiled_memory():
   pad = np.array([[0, 0, 0, 1], [0, 0, 0, 0]], np.float32)
   bias = attention.attention_bias_ignore_padding(tf.constant(pad))
   layer(q_in, np.repeat(m_in, beams, axis=0))  # builds
-  k, v = layer.compute_memory_kv(m_in)
-  got, _ = layer(q_in, bias=bias, cache={"k_encdec": k, "v_encdec": v})
+  got = layer.attend(q_in, layer.compute_memory_kv(m_in), bias)
   want = _numpy_attention(layer, q_in, np.repeat(m_in, beams, axis=0),
                           np.repeat(bias.numpy(), beams, axis=0))
   np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_keras import decoding, experiment
+from t2t_keras import decoding, experiment, run_dir
 from t2t_keras.hparams import DecodeHParams
 from t2t_keras.training import Trainer, create_strategy
 
@@ -35,7 +35,7 @@ def expected():
 
 @pytest.fixture(scope="module")
 def loaded():
-  return experiment.load_trained_model(os.path.join(DATA, "run"))
+  return run_dir.load_trained_model(os.path.join(DATA, "run"))
 
 
 def test_logits_match_the_writing_commit(loaded, expected):
@@ -47,9 +47,9 @@ def test_logits_match_the_writing_commit(loaded, expected):
 
 
 def test_beam_search_matches_the_writing_commit(loaded, expected):
-  model, hp = loaded[0], loaded[1]
+  model = loaded[0]
   decode_hp = DecodeHParams(beam_size=2, alpha=0.6, extra_length=4)
-  ids, scores = decoding.make_decode_fn(model, decode_hp, hp)(
+  ids, scores = decoding.make_decode_fn(model, decode_hp)(
       tf.constant(expected["inputs"]))
   np.testing.assert_array_equal(ids.numpy(), expected["beam_ids"])
   np.testing.assert_allclose(scores.numpy(), expected["beam_scores"], rtol=1e-5, atol=1e-5)

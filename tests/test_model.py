@@ -144,10 +144,10 @@ def test_incremental_decoding_equals_full_forward():
   inputs, targets = _batch(rng, 40, tgt_len=5)
   full = model({"inputs": inputs, "targets": targets}).numpy()
   enc, bias = model.encode(inputs)
-  cache = model.init_cache(enc, bias, decode_length=5)
+  state = model.init_decoding_state(enc, bias, decode_length=5)
   ids = np.zeros(3, np.int32)
   for i in range(5):
-    logits, cache = model.decode_step(ids, i, cache)
+    logits, state = model.decode_step(ids, i, state)
     np.testing.assert_allclose(logits.numpy(), full[:, i], atol=1e-5)
     ids = targets[:, i]
 

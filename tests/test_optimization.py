@@ -2,6 +2,7 @@
 
 import math
 
+import keras
 import numpy as np
 import pytest
 
@@ -153,3 +154,14 @@ def test_adam_from_hparams():
   assert opt.global_clipnorm == 1.5
   opt = create_optimizer(create_hparams("transformer_paper_base"))
   assert opt.beta_2 == 0.98 and opt.global_clipnorm is None
+
+
+def test_trainer_optimizer_shares_the_schedule_and_skips_the_replica_sum():
+  from t2t_keras.optimization import ReducedAdam
+  hp = create_hparams("transformer_tiny", "clip_grad_norm=2.0")
+  schedule = T2TLearningRateSchedule(hp, train_steps=10)
+  opt = create_optimizer(hp, schedule=schedule, all_reduced=True)
+  assert isinstance(opt, ReducedAdam) and opt.global_clipnorm == 2.0
+  opt.iterations.assign(7)
+  assert float(opt.learning_rate) == pytest.approx(float(schedule(7)))
+  assert type(create_optimizer(hp)) is keras.optimizers.Adam  # Keras sums over replicas

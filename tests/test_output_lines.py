@@ -2,8 +2,9 @@
 
 import pytest
 
+from data_gen import file_io
 from t2t_keras import decode_text, decoding
-from t2t_keras.hparams import create_decode_hparams, create_hparams
+from t2t_keras.hparams import create_decode_hparams
 from tests import stub_decoding
 
 LINES = ["der Hund", "", "Haus und Katze", "\u2028", "rot"]
@@ -19,7 +20,7 @@ def _decoder(vocab, monkeypatch, overrides):
   monkeypatch.setattr(decoding, "decode_ids",
                       stub_decoding.make_stub(stub_decoding.forced_escape_ids(vocab)))
   logged = []
-  decoder = decode_text.TextDecoder(stub_decoding.NoModel(), create_hparams("transformer_tiny"),
+  decoder = decode_text.TextDecoder(stub_decoding.NoModel(),
                                     {"inputs": vocab, "targets": vocab},
                                     create_decode_hparams(overrides), log=logged.append)
   return decoder, logged
@@ -31,7 +32,7 @@ def test_decode_to_file_keeps_one_line_per_input(vocab, monkeypatch, tmp_path):
   # Hand-derived: "Haus" "\n" "Katze" "\t" + echo; each break becomes one space.
   assert outputs == ["Haus Katze " + e if e else "" for e in ECHO]
   path = str(tmp_path / "out.txt")
-  decode_text.write_lines_atomic(path, outputs)  # what --decode_to_file writes
+  file_io.write_lines(path, outputs)  # what --decode_to_file writes
   with open(path, encoding="utf-8") as f:
     assert f.read().split("\n") == outputs + [""]
   replaced = [line for line in logged if "Replaced" in line]
@@ -44,7 +45,7 @@ def test_return_beams_columns_stay_intact(vocab, monkeypatch, tmp_path):
                              "beam_size=3,return_beams=true,write_beam_scores=true")
   outputs = decoder.decode_lines(LINES)
   path = str(tmp_path / "nbest.txt")
-  decode_text.write_lines_atomic(path, outputs)
+  file_io.write_lines(path, outputs)
   with open(path, encoding="utf-8") as f:
     rows = f.read().split("\n")[:-1]
   assert len(rows) == len(LINES)

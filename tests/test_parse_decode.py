@@ -33,7 +33,8 @@ def parse_run(tmp_path_factory):
   from data_gen import registry
   from t2t_keras import experiment
   from t2t_keras.hparams import create_hparams
-  from t2t_keras.training import ModelSpec, Trainer, create_strategy
+  from t2t_keras.run_dir import ModelSpec
+  from t2t_keras.training import Trainer, create_strategy
   root = tmp_path_factory.mktemp("parse")
   tmp_dir, data_dir, run_dir = root / "tmp", str(root / "data"), str(root / "run")
   for rel in ("parsed/mrg/wsj/02/wsj_0201.mrg", "parsed/mrg/wsj/22/wsj_2201.mrg",

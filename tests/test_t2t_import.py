@@ -62,9 +62,9 @@ def imported(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(imported):
-  from t2t_keras import experiment
+  from t2t_keras import run_dir
   from data_gen import registry
-  model, hp, problem_name, spec, _ = experiment.load_trained_model(imported[0])
+  model, hp, problem_name, spec, _ = run_dir.load_trained_model(imported[0])
   encoders = registry.problem(problem_name, imported[0]).feature_encoders(imported[0])
   return model, hp, problem_name, spec, encoders
 
@@ -324,6 +324,13 @@ def test_unimplemented_t2t_hparams_are_refused_by_name_and_value(tmp_path):
     t2t_import.hparams_from_t2t(dict(BASE, layer_postprocess_sequence="daz"))
   assert t2t_import.hparams_from_t2t(
       dict(BASE, activation_dtype="bfloat16"), ignore=["activation_dtype"]).hidden_size == 8
+  # T2T kept the sampling settings among the model hparams; here they are decode
+  # hparams: T2T's defaults import, another value is refused with the way to keep it.
+  defaults = dict(BASE, sampling_method="argmax", sampling_temp=1.0, sampling_keep_top_k=-1)
+  assert t2t_import.hparams_from_t2t(defaults).hidden_size == 8
+  with pytest.raises(ValueError, match=r"sampling_temp=0\.5 is a decoding setting.*"
+                                       r"--decode_hparams=sampling_temp=0\.5"):
+    t2t_import.hparams_from_t2t(dict(defaults, sampling_temp=0.5))
   if not T2T_RUN.is_dir():
     return
   # The CLI leaves nothing behind when the run cannot be imported.

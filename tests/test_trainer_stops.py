@@ -19,9 +19,10 @@ import pytest
 import tensorflow as tf
 
 from tests.tiny_problem import make_tiny_problem
-from t2t_keras import checkpoints, experiment
+from t2t_keras import checkpoints, experiment, run_dir
 from t2t_keras.hparams import create_hparams
-from t2t_keras.training import ModelSpec, Trainer, create_strategy
+from t2t_keras.run_dir import ModelSpec
+from t2t_keras.training import Trainer, create_strategy
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
@@ -122,7 +123,7 @@ def test_train_seconds_stops_within_one_step_and_resumes_with_a_fresh_budget(dat
   hp = create_hparams("transformer_tiny", HP)
   spec = ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
   output_dir = str(tmp_path / "run")
-  experiment.save_or_check_run_files(output_dir, hp, "translate_from_files", spec)
+  run_dir.save_or_check_run_files(output_dir, hp, "translate_from_files", spec)
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=100)
   lrs, lines = [], []
 

@@ -14,9 +14,10 @@ import tensorflow as tf
 
 from tests.scripts.step_utils import LINEAR_ADAM, batches, concat, one_step
 from tests.tiny_problem import make_tiny_problem
-from t2t_keras import experiment
+from t2t_keras import experiment, run_dir
 from t2t_keras.hparams import create_hparams
-from t2t_keras.training import ModelSpec, NonFiniteLossError, Trainer, create_strategy
+from t2t_keras.run_dir import ModelSpec
+from t2t_keras.training import NonFiniteLossError, Trainer, create_strategy
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
@@ -93,7 +94,7 @@ def test_kill_mid_run_then_resume(data_dir, tmp_path):
   assert restored and int(restored.group(1)) >= steps_before
   assert tf.train.latest_checkpoint(output_dir).endswith("ckpt-40")
   # Every checkpoint in the index loads.
-  hparams, _, spec = experiment.load_run_files(output_dir)
+  hparams, _, spec = run_dir.load_run_files(output_dir)
   for path in tf.train.get_checkpoint_state(output_dir).all_model_checkpoint_paths:
     trainer = Trainer(hparams, spec, create_strategy("one_device"))
     tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer).restore(
@@ -102,12 +103,12 @@ def test_kill_mid_run_then_resume(data_dir, tmp_path):
 
 def test_hparams_mismatch_is_an_error(tmp_path):
   hp = create_hparams("transformer_tiny")
-  experiment.save_or_check_run_files(str(tmp_path), hp, "p", SPEC)
-  experiment.save_or_check_run_files(str(tmp_path), hp, "p", SPEC)  # same run: fine
+  run_dir.save_or_check_run_files(str(tmp_path), hp, "p", SPEC)
+  run_dir.save_or_check_run_files(str(tmp_path), hp, "p", SPEC)  # same run: fine
   with pytest.raises(ValueError, match="num_heads: 4 in the run, 8 now"):
-    experiment.save_or_check_run_files(str(tmp_path), hp.replace(num_heads=8), "p", SPEC)
+    run_dir.save_or_check_run_files(str(tmp_path), hp.replace(num_heads=8), "p", SPEC)
   with pytest.raises(ValueError, match="holds a run of"):
-    experiment.save_or_check_run_files(str(tmp_path), hp, "other_problem", SPEC)
+    run_dir.save_or_check_run_files(str(tmp_path), hp, "other_problem", SPEC)
 
 
 def test_non_finite_loss_stops_and_keeps_last_checkpoint(data_dir, tmp_path):
@@ -234,3 +235,82 @@ def test_xla_train_step_equals_default():
   np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-5)
   for x, y in zip(plain.model.get_weights(), xla.model.get_weights()):
     np.testing.assert_allclose(x, y, atol=1e-5)
+
+
+def test_clipping_by_the_global_norm_of_the_summed_gradient():
+  """clip_grad_norm: the update equals an unclipped one with gradients scaled by c / norm."""
+  # LINEAR_ADAM's epsilon makes the update ~ learning rate * gradient; a rate of 1e4
+  # lifts the clipped update (~1e-4) far above the float32 rounding of the weights.
+  hp = create_hparams("transformer_tiny", LINEAR_ADAM + ",num_hidden_layers=1").replace(
+      learning_rate_constant=1e4)
+  strategy = create_strategy("one_device")
+  plain = Trainer(hp, SPEC, strategy)
+  clipped = Trainer(hp.replace(clip_grad_norm=1e-3), SPEC, strategy)
+  clipped.model.set_weights(plain.model.get_weights())
+  start = [np.array(w) for w in plain.model.get_weights()]
+  batch = {k: tf.constant(v) for k, v in batches(1, seed=3)[0].items()}
+  grads, num, den, _ = strategy.run(plain._replica_grads, args=(batch,))
+  norm = float(tf.linalg.global_norm(grads)) / float(den)  # of the token-mean gradient
+  assert norm > 1e-2  # far above the clip: clipping matters
+  _, reported = strategy.run(clipped._replica_apply, args=(grads, num, den))
+  assert float(reported) == pytest.approx(norm, rel=1e-5)  # the norm before clipping
+  strategy.run(plain._replica_apply, args=([g * (1e-3 / norm) for g in grads], num, den))
+  for x, y, s in zip(plain.model.get_weights(), clipped.model.get_weights(), start):
+    # The updates are read off float32 weights: allow 2 ulps of each weight.
+    ulps = 2 * np.spacing(np.abs(s).astype(np.float32))
+    assert np.all(np.abs(y - x) <= 1e-3 * np.abs(x - s) + ulps), np.abs(y - x).max()
+    assert np.abs(x - s).max() > 10 * ulps.max()  # the update is visible above rounding
+
+
+def test_one_schedule_object_drives_the_optimizer_and_the_reported_rate():
+  hp = create_hparams("transformer_tiny", "num_hidden_layers=1,learning_rate_warmup_steps=100")
+  trainer = Trainer(hp, SPEC, create_strategy("one_device"), train_steps=1000)
+  trainer.optimizer.iterations.assign(37)
+  # T2T's base schedule: constant * linear_warmup * rsqrt_decay * rsqrt_hidden_size.
+  want = hp.learning_rate_constant * 37 / 100 / np.sqrt(100) / np.sqrt(hp.hidden_size)
+  assert trainer.learning_rate() == pytest.approx(want, rel=1e-5)
+  assert float(trainer.optimizer.learning_rate) == pytest.approx(want, rel=1e-5)
+  assert type(trainer.optimizer).__name__ == "ReducedAdam"
+
+
+def _fake_cpuinfo(flags):
+  return f"processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: Fake EPYC\nflags\t\t: {flags}\n"
+
+
+@pytest.fixture
+def policy_reset(monkeypatch):
+  from t2t_keras import training
+  monkeypatch.setattr(training, "_warned_slow_bfloat16", False)
+  yield training
+  training.set_mixed_precision("none")
+
+
+def test_bfloat16_without_native_support_warns_once(policy_reset, caplog):
+  training = policy_reset
+  avx2 = _fake_cpuinfo("fpu sse2 avx avx2 fma")
+  with caplog.at_level("WARNING", logger="t2t_keras.training"):
+    training.set_mixed_precision("bfloat16", cpuinfo=avx2)
+    training.set_mixed_precision("bfloat16", cpuinfo=avx2)
+  warnings = [r.getMessage() for r in caplog.records if r.name == "t2t_keras.training"]
+  assert len(warnings) == 1, warnings
+  assert "Fake EPYC (family 25 model 17); native bfloat16: no" in warnings[0]
+  assert "slower" in warnings[0]
+  import keras
+  assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+
+
+@pytest.mark.parametrize("mode,flags", [("bfloat16", "fpu avx2 avx512f avx512_bf16"),
+                                        ("bfloat16", "fpu avx2 amx_bf16 amx_tile"),
+                                        ("none", "fpu avx2"), ("float16", "fpu avx2")])
+def test_no_bfloat16_warning_where_it_is_native_or_not_used(policy_reset, caplog, mode, flags):
+  with caplog.at_level("WARNING", logger="t2t_keras.training"):
+    policy_reset.set_mixed_precision(mode, cpuinfo=_fake_cpuinfo(flags))
+  assert not [r for r in caplog.records if r.name == "t2t_keras.training"]
+
+
+def test_more_gpus_than_visible_is_refused():
+  with pytest.raises(ValueError, match=r"worker_gpu=2 but only 0 GPUs are visible"):
+    create_strategy(None, num_gpus=2)
+  with pytest.raises(ValueError, match="distribution_strategy must be"):
+    create_strategy("parameter_server")
+  assert isinstance(create_strategy(None), tf.distribute.OneDeviceStrategy)

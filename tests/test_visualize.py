@@ -235,7 +235,8 @@ def test_curves_without_loss_are_an_error(tmp_path):
 def trained_run(tmp_path_factory):
   from data_gen import registry
   from t2t_keras import experiment
-  from t2t_keras.training import ModelSpec, Trainer, create_strategy
+  from t2t_keras.run_dir import ModelSpec
+  from t2t_keras.training import Trainer, create_strategy
   root = tmp_path_factory.mktemp("viz")
   data_dir = make_tiny_problem(str(root), train=300, dev=16)
   problem = registry.problem("translate_from_files", data_dir)

@@ -25,8 +25,7 @@ def main(argv):
   del argv
   import tensorflow as tf
 
-  from t2t_keras import avg_checkpoints, experiment
-  from t2t_keras.model import Transformer
+  from t2t_keras import avg_checkpoints, run_dir
   if FLAGS.checkpoints:
     paths = [p.strip() for p in FLAGS.checkpoints.split(",") if p.strip()]
   elif FLAGS.prefix and FLAGS.num_last_checkpoints:
@@ -39,14 +38,12 @@ def main(argv):
   if tf.io.gfile.isdir(FLAGS.output_path):
     raise app.UsageError(f"--output_path={FLAGS.output_path} is a directory; give a "
                          "checkpoint prefix such as <dir>/averaged.ckpt.")
-  run_dir = FLAGS.output_dir or FLAGS.prefix or os.path.dirname(paths[0])
+  directory = FLAGS.output_dir or FLAGS.prefix or os.path.dirname(paths[0])
   try:
-    hparams, _, spec = experiment.load_run_files(run_dir)
+    hparams, _, spec = run_dir.load_run_files(directory)
   except FileNotFoundError as e:
     raise app.UsageError(str(e)) from None
-  model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
-                      spec.target_space_id, name="transformer")
-  model.build()
+  model = run_dir.build_model(hparams, spec)
   print(f"Averaging {len(paths)} checkpoints: " + ", ".join(os.path.basename(p) for p in paths))
   written = avg_checkpoints.average_checkpoints(model, paths, FLAGS.output_path)
   print(f"Averaged checkpoint written to {written}")

@@ -71,7 +71,7 @@ def load_trained_run():
   from absl import app
 
   from data_gen import registry
-  from t2t_keras import experiment
+  from t2t_keras import run_dir
   from t2t_keras.hparams import create_hparams
   FLAGS = flags.FLAGS
   for name in ("data_dir", "output_dir"):
@@ -79,7 +79,7 @@ def load_trained_run():
       raise app.UsageError(f"--{name} is required.")
   registry.import_usr_dir(FLAGS.t2t_usr_dir)
   try:
-    model, hparams, problem_name, _, path = experiment.load_trained_model(
+    model, hparams, problem_name, _, path = run_dir.load_trained_model(
         FLAGS.output_dir, FLAGS.checkpoint_path,
         log=lambda line: print(line, file=sys.stderr, flush=True))
   except FileNotFoundError as e:  # no hparams.json / run.json: not a training run

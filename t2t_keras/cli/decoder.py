@@ -28,24 +28,27 @@ flags.DEFINE_bool("decode_jit_compile", False, "Compile decoding with XLA.")
 
 def main(argv):
   del argv
+  from data_gen import file_io
   from t2t_keras import bleu, decode_text, evalb
   from t2t_keras.hparams import create_decode_hparams
   try:  # settings and the output path are checked before the model loads
-    decode_hp = create_decode_hparams(FLAGS.decode_hparams)
+    # T2T's sampling settings may come in --hparams too (sampling_method=random).
+    decode_hp = create_decode_hparams(FLAGS.decode_hparams, FLAGS.hparams)
   except ValueError as e:
-    raise app.UsageError(f"--decode_hparams: {e}") from None
+    raise app.UsageError(f"--decode_hparams / --hparams: {e}") from None
   if decode_hp.num_samples > 0 and FLAGS.decode_from_file:
     raise app.UsageError("--decode_hparams=num_samples applies to decoding the dataset "
                          "(without --decode_from_file); a file gets one output per line.")
   if FLAGS.decode_to_file:
     common_flags.check_output_file("decode_to_file", FLAGS.decode_to_file)
-  model, hparams, problem, encoders = common_flags.load_trained_run()
+  model, _, problem, encoders = common_flags.load_trained_run()
   decoder = decode_text.TextDecoder(
-      model, hparams, encoders, decode_hp, use_cache=FLAGS.decode_use_cache,
+      model, encoders, decode_hp, use_cache=FLAGS.decode_use_cache,
       jit_compile=FLAGS.decode_jit_compile, log=lambda line: print(line, file=sys.stderr,
                                                                    flush=True))
   if FLAGS.score_file:
-    pairs = [line.split("\t") for line in decode_text.read_lines(FLAGS.score_file)]
+    pairs = [line.split("\t") for line in file_io.read_lines(FLAGS.score_file,
+                                                              name="--score_file")]
     bad = [i + 1 for i, p in enumerate(pairs) if len(p) != 2]
     if bad:
       raise app.UsageError(f"{FLAGS.score_file}: line {bad[0]} is not source<TAB>target.")
@@ -64,13 +67,13 @@ def main(argv):
     source = problem.text_file(FLAGS.data_dir, split, "inputs")
     reference = reference or (problem.gold_trees_file(FLAGS.data_dir, split) if parsing
                               else problem.text_file(FLAGS.data_dir, split, "targets"))
-  lines = decode_text.read_lines(source, decode_hp.delimiter)
+  lines = file_io.read_lines(source, decode_hp.delimiter, name="source")
   if decode_hp.num_samples > 0:  # T2T: only the first num_samples examples of the dataset.
     lines = lines[:decode_hp.num_samples]
   outputs = decoder.decode_lines(lines)
   _emit(outputs)
   if reference:
-    refs = decode_text.read_lines(reference)
+    refs = file_io.read_lines(reference, name="reference")
     if decode_hp.num_samples > 0:
       refs = refs[:decode_hp.num_samples]
     if len(refs) != len(outputs):
@@ -95,8 +98,8 @@ def main(argv):
 
 def _emit(lines):
   if FLAGS.decode_to_file:
-    from t2t_keras import decode_text
-    decode_text.write_lines_atomic(FLAGS.decode_to_file, lines)
+    from data_gen import file_io
+    file_io.write_lines(FLAGS.decode_to_file, lines)
     print(f"Wrote {len(lines)} lines to {FLAGS.decode_to_file}.", file=sys.stderr, flush=True)
   else:
     for line in lines:

@@ -23,12 +23,13 @@ import shlex
 import subprocess
 import sys
 import time
-from typing import List, Optional
+from typing import List
 
 from absl import app, flags
 
 FLAGS = flags.FLAGS
 from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once)
+from data_gen import file_io  # noqa: E402
 from t2t_keras import cpu_info  # noqa: E402
 from t2t_keras.cli import demo_budget, quiet_logs  # noqa: E402
 from t2t_keras.cli.demo_budget import Stage  # noqa: E402
@@ -85,6 +86,7 @@ def _done(path: str) -> bool:
 def main(argv):
   del argv
   from data_gen import manifest  # imports TensorFlow: counted as set-up
+  from t2t_keras import run_dir
   demo_start = time.time()
   start = FLAGS.start_time or demo_start
   budget_s = FLAGS.budget_minutes * 60
@@ -104,7 +106,7 @@ def main(argv):
   t = _stage(f"2/7 Training ({FLAGS.flagfile_path}; resumes from the last checkpoint)")
   note = _train(work, data, run, flagfile, budget_s, start)
   stages.append(Stage("training", time.time() - t, note))
-  steps, stop_reason = _stop_record(run)
+  steps, stop_reason = run_dir.last_stop(run)
 
   t = _stage("3/7 Averaging the last checkpoints")
   averaged, averaged_steps = _average(run)
@@ -173,6 +175,7 @@ def _decode_and_score(data: str, run: str, flagfile: str, averaged: str, decode_
 def _train(work: str, data: str, run: str, flagfile: str, budget_s: float,
            start: float) -> str:
   """Trains for what the budget leaves (or what an earlier run left owed); a note."""
+  from t2t_keras import run_dir  # imports TensorFlow (after quiet_logs is set up)
   estimates = demo_budget.after_training_estimates(
       _count_lines(os.path.join(data, f"{PROBLEM}.test.en")), *model_size(FLAGS.flagfile_path))
   elapsed = time.time() - start
@@ -204,11 +207,12 @@ def _train(work: str, data: str, run: str, flagfile: str, budget_s: float,
   t = time.time()
   _run("t2t_keras.cli.trainer", flagfile, f"--data_dir={data}", f"--output_dir={run}",
        f"--train_seconds={seconds:.0f}", *(["--mixed_precision=bfloat16"] if bf16 else []))
-  steps, reason = _stop_record(run)
+  steps, reason = run_dir.last_stop(run)
   done = {"train_seconds": round(seconds), "train_steps": target - trained}.get(
       reason, time.time() - t)
-  _write_json(ledger_path, {"budget_minutes": FLAGS.budget_minutes, "target_s": target,
-                            "trained_s": trained + done})
+  file_io.write_text(ledger_path, json.dumps(
+      {"budget_minutes": FLAGS.budget_minutes, "target_s": target, "trained_s": trained + done},
+      indent=2, sort_keys=True))
   return f"--train_seconds={seconds:.0f}" + (f", stopped at step {steps:,}" if steps else "")
 
 
@@ -225,12 +229,6 @@ def model_size(flagfile: str):
   return hp.hidden_size, hp.num_hidden_layers, decode_hp.beam_size
 
 
-def _stop_record(run: str):
-  """(stop_step, stop_reason) that the trainer wrote into run.json (None if absent)."""
-  record = _read_json(os.path.join(run, "run.json"))
-  return record.get("stop_step"), record.get("stop_reason")
-
-
 def _has_checkpoint(run: str) -> bool:
   return os.path.exists(os.path.join(run, "checkpoint"))
 
@@ -240,13 +238,6 @@ def _read_json(path: str) -> dict:
     return {}
   with open(path, encoding="utf-8") as f:
     return json.load(f)
-
-
-def _write_json(path: str, value: dict) -> None:
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(value, f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
 
 
 # -- After training --------------------------------------------------------------
@@ -276,15 +267,11 @@ def _average(run: str):
 
 
 def _count_lines(path: str) -> int:
-  with open(path, encoding="utf-8") as f:
-    return sum(1 for _ in f)
+  return sum(1 for _ in file_io.iter_lines(path))
 
 
 def _samples(source: str, reference: str, hypotheses: str, count: int) -> None:
-  def lines(path):
-    with open(path, encoding="utf-8") as f:
-      return f.read().splitlines()
-  src, ref, hyp = lines(source), lines(reference), lines(hypotheses)
+  src, ref, hyp = (file_io.read_lines(p) for p in (source, reference, hypotheses))
   step = max(1, len(src) // max(count, 1))
   print("\nSample translations (source / reference / system):")
   for i in range(0, min(len(src), step * count), step):

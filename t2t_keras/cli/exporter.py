@@ -26,10 +26,10 @@ def main(argv):
   from t2t_keras import export
   from t2t_keras.hparams import create_decode_hparams
   # decode_hparams are baked into the graph, e.g. 'beam_size=4,alpha=0.6,return_beams=true'.
-  try:
-    decode_hp = create_decode_hparams(FLAGS.decode_hparams)
+  try:  # T2T's sampling settings may come in --hparams too (sampling_method=random).
+    decode_hp = create_decode_hparams(FLAGS.decode_hparams, FLAGS.hparams)
   except ValueError as e:
-    raise app.UsageError(f"--decode_hparams: {e}") from None
+    raise app.UsageError(f"--decode_hparams / --hparams: {e}") from None
   export_dir = FLAGS.export_dir or os.path.join(FLAGS.output_dir or "", "export")
   if os.path.exists(export_dir) and not os.path.isdir(export_dir):
     raise app.UsageError(f"--export_dir={export_dir} is a file, not a directory.")

@@ -102,7 +102,8 @@ def translate(lines: Sequence[str], request_fn: Callable[[List], dict], batch_si
     encoders: {"inputs", "targets"} Python encoders for the serialized_example
       signature (ids in, ids out); None for the raw-text signature.
   """
-  from t2t_keras import decoding, export
+  from data_gen.text_encoder import EOS_ID
+  from t2t_keras import export
   if batch_size < 1:
     raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
   results = []
@@ -111,7 +112,7 @@ def translate(lines: Sequence[str], request_fn: Callable[[List], dict], batch_si
     if encoders is None:
       values = [line.encode("utf-8") for line in batch]
     else:
-      values = [export.make_example(encoders["inputs"].encode(line) + [decoding.EOS_ID])
+      values = [export.make_example(encoders["inputs"].encode(line) + [EOS_ID])
                 for line in batch]
     for row in request_fn(values)["outputs"]:
       results.append("\t".join(_row_texts(row, encoders)))
@@ -122,8 +123,8 @@ def _read_input() -> List[str]:
   if FLAGS.inputs_once is not None:
     return [FLAGS.inputs_once]
   if FLAGS.input_file:
-    from t2t_keras import decode_text
-    return decode_text.read_lines(FLAGS.input_file)
+    from data_gen import file_io
+    return file_io.read_lines(FLAGS.input_file, name="--input_file")
   return [line.rstrip("\n") for line in sys.stdin]
 
 

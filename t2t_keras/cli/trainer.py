@@ -18,25 +18,6 @@ from t2t_keras.cli import common_flags  # noqa: F401  (defines the shared flags)
 flags.DEFINE_integer("log_every_steps", 100, "Progress line every N steps (or 30 s).")
 
 
-def _strategy():
-  import tensorflow as tf
-
-  from t2t_keras import training
-  if FLAGS.distribution_strategy == "multi_worker_mirrored":
-    # Must exist before any other TensorFlow op initializes the runtime.
-    return training.create_strategy("multi_worker_mirrored")
-  gpus = tf.config.list_logical_devices("GPU")
-  count = FLAGS.worker_gpu if FLAGS.worker_gpu is not None else len(gpus)
-  if count > len(gpus) and count > 1:
-    raise app.UsageError(f"--worker_gpu={count} but only {len(gpus)} GPUs are visible.")
-  name = FLAGS.distribution_strategy
-  if name is None:
-    name = "mirrored" if count > 1 else "one_device"
-  if name == "mirrored" and count >= 1:
-    return tf.distribute.MirroredStrategy([d.name for d in gpus[:count]])
-  return training.create_strategy(name)
-
-
 def main(argv):
   del argv
   for name in ("problem", "data_dir", "output_dir", "hparams_set"):
@@ -48,18 +29,19 @@ def main(argv):
   import tensorflow as tf
 
   from data_gen import registry
-  from t2t_keras import experiment, stopping, training
+  from t2t_keras import experiment, run_dir, stopping, training
   from t2t_keras.hparams import create_decode_hparams, create_hparams
-  from t2t_keras.optimization import T2TLearningRateSchedule
 
-  strategy = _strategy()
+  try:  # multi_worker_mirrored must come before any other TensorFlow op
+    strategy = training.create_strategy(FLAGS.distribution_strategy, FLAGS.worker_gpu)
+  except ValueError as e:  # more --worker_gpu than GPUs
+    raise app.UsageError(str(e)) from None
   if FLAGS.random_seed is not None:
     keras.utils.set_random_seed(FLAGS.random_seed)
   registry.import_usr_dir(FLAGS.t2t_usr_dir)
   training.set_mixed_precision(FLAGS.mixed_precision)
   try:  # Every setting is checked before anything is written to --output_dir.
-    hparams = create_hparams(FLAGS.hparams_set, FLAGS.hparams)
-    T2TLearningRateSchedule(hparams, FLAGS.train_steps)  # checks the schedule's factor names
+    hparams = create_hparams(FLAGS.hparams_set, FLAGS.hparams)  # checks the schedule too
     config = experiment.RunConfig(
         output_dir=FLAGS.output_dir, train_steps=FLAGS.train_steps, eval_steps=FLAGS.eval_steps,
         local_eval_frequency=FLAGS.local_eval_frequency,
@@ -72,12 +54,12 @@ def main(argv):
     encoders = problem.feature_encoders(FLAGS.data_dir)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
-  spec = training.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
-                            problem.target_space_id)
+  spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
+                           problem.target_space_id)
   trainer = training.Trainer(hparams, spec, strategy, FLAGS.train_steps, FLAGS.jit_compile)
   eval_hook = _bleu_hook(trainer, problem, encoders, decode_hp)
   try:
-    experiment.save_or_check_run_files(FLAGS.output_dir, hparams, problem.name, spec)
+    run_dir.save_or_check_run_files(FLAGS.output_dir, hparams, problem.name, spec)
   except ValueError as e:  # another run's hparams or problem in --output_dir
     raise app.UsageError(str(e)) from None
   train_pattern = problem.filepattern(FLAGS.data_dir, "train")
@@ -111,7 +93,7 @@ def _bleu_hook(trainer, problem, encoders, decode_hp):
   if reference is None:
     raise app.UsageError("--decode_from_file needs --decode_reference for BLEU in evaluation.")
   from t2t_keras import bleu, decode_text
-  return decode_text.make_bleu_hook(trainer.model, trainer.hparams, encoders, decode_hp,
+  return decode_text.make_bleu_hook(trainer.model, encoders, decode_hp,
                                     source, reference, max_lines=FLAGS.eval_bleu_max_lines,
                                     # the paper's tokenized BLEU too, where Moses knows the language
                                     paper_language=bleu.paper_language(problem.target_lang))

@@ -37,28 +37,22 @@ flags.DEFINE_bool("curves", False, "Also plot loss and BLEU over steps from the 
 EXTRA_DECODE_LENGTH = 50  # T2T's decode_hparams.extra_length.
 
 
-def _load_model(output_dir: str, checkpoint_path, hparams, spec):
-  import tensorflow as tf
+def _load_model(output_dir: str, checkpoint_path):
+  """The run's model with the weights of `checkpoint_path` (default: the newest loadable)."""
+  import sys
 
-  from t2t_keras.model import Transformer
-  path = checkpoint_path or tf.train.latest_checkpoint(output_dir)
-  if not path:
-    raise app.UsageError(f"No checkpoint in {output_dir}; train first or pass "
-                         "--checkpoint_path.")
-  if not tf.io.gfile.exists(path + ".index"):
-    raise app.UsageError(f"--checkpoint_path={path} is not a checkpoint (no {path}.index); "
-                         "give a prefix such as output_dir/ckpt-1000.")
-  model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
-                      spec.target_space_id, name="transformer")
-  model.build()
-  # read(), not restore(): averaged checkpoints hold no save_counter.
-  status = tf.train.Checkpoint(model=model).read(path)
-  status.expect_partial()  # The optimizer slots are not needed.
-  status.assert_existing_objects_matched()
-  return model
+  from t2t_keras import checkpoints, run_dir
+  try:
+    return run_dir.load_trained_model(
+        output_dir, checkpoint_path, log=lambda line: print(line, file=sys.stderr, flush=True))[0]
+  except checkpoints.CheckpointError as e:
+    if checkpoint_path:
+      raise app.UsageError(f"--checkpoint_path={checkpoint_path} is not a checkpoint ({e}); "
+                           "give a prefix such as output_dir/ckpt-1000.") from None
+    raise app.UsageError(str(e)) from None
 
 
-def _attention_pictures(hparams, problem_name: str, spec, plot_dir: str) -> list:
+def _attention_pictures(hparams, problem_name: str, plot_dir: str) -> list:
   from data_gen import registry
   from t2t_keras import visualize
 
@@ -72,7 +66,7 @@ def _attention_pictures(hparams, problem_name: str, spec, plot_dir: str) -> list
     raise app.UsageError(str(e)) from e
   registry.import_usr_dir(FLAGS.t2t_usr_dir)
   encoders = registry.problem(problem_name, FLAGS.data_dir).feature_encoders(FLAGS.data_dir)
-  model = _load_model(FLAGS.output_dir, FLAGS.checkpoint_path, hparams, spec)
+  model = _load_model(FLAGS.output_dir, FLAGS.checkpoint_path)
   input_ids = encoders["inputs"].encode(FLAGS.sentence) + [visualize.EOS_ID]
   if FLAGS.target is not None:
     target_ids = encoders["targets"].encode(FLAGS.target) + [visualize.EOS_ID]
@@ -96,15 +90,15 @@ def main(argv):
     raise app.UsageError("--sentence needs --data_dir (the problem's vocabulary).")
   if FLAGS.all_heads and FLAGS.head is not None:
     raise app.UsageError("Give --head or --all_heads, not both.")
-  from t2t_keras import experiment, visualize
+  from t2t_keras import run_dir, visualize
 
   plot_dir = FLAGS.plot_dir or os.path.join(FLAGS.output_dir, "plots")
   if FLAGS.sentence is not None:
     try:
-      hparams, problem_name, spec = experiment.load_run_files(FLAGS.output_dir)
+      hparams, problem_name, _ = run_dir.load_run_files(FLAGS.output_dir)
     except FileNotFoundError as e:
       raise app.UsageError(str(e)) from e
-    for path in _attention_pictures(hparams, problem_name, spec, plot_dir):
+    for path in _attention_pictures(hparams, problem_name, plot_dir):
       print(path, flush=True)
   if FLAGS.curves:
     try:
@@ -115,7 +109,7 @@ def main(argv):
 
 
 def run():
-  app.run(main)
+  common_flags.run_cli(main)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,12 @@ weights, and key and value depths may differ.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Tuple
 
 import keras
 import tensorflow as tf
 
+from t2t_keras.decoding_state import KeyValue
 from t2t_keras.layers.initializers import get_variable_initializer
 
 
@@ -100,6 +101,12 @@ def _ungroup_rows(x: tf.Tensor, group) -> tf.Tensor:
   return tf.reshape(x, [shape[0] * group, shape[1], shape[2] // group, shape[3]])
 
 
+def attention_bias_visible(visible: tf.Tensor) -> tf.Tensor:
+  """Bias from a bool mask broadcastable to `[batch, heads, length_q, length_kv]`:
+  float32, 0 where True (attended), -1e9 where False."""
+  return tf.where(visible, 0.0, large_compatible_negative(tf.float32))
+
+
 class MultiHeadAttention(keras.layers.Layer):
   """T2T multi-head attention (`common_attention.multihead_attention`).
 
@@ -117,19 +124,15 @@ class MultiHeadAttention(keras.layers.Layer):
     memory_antecedent: `[batch, length_m, depth]`, or None for self-attention.
     bias: float32, broadcastable to `[batch, heads, length_q, length_kv]`.
     training: Python bool or None.
-    cache: optional dict for incremental decoding. Self-attention: `{"k", "v"}`
-      fixed-size buffers `[batch / group, heads, max_length * group,
-      depth/heads]` into which the step's key/value are written at
-      `decode_index` (see `write_position`). Encoder-decoder attention:
-      `{"k_encdec", "v_encdec"}` precomputed with `compute_memory_kv`, with
-      `batch / group` rows. Either way each group of `group` consecutive query
-      rows (the beams of an item in beam search, else 1) attends to its item's
-      memory together, and `bias` has `batch / group` rows and `group` query
-      positions: for self-attention it selects each beam's own history.
-    decode_index: scalar int32 position written in the self-attention cache.
+    return_attention_scores: also return the attention weights.
 
   Returns:
-    `[batch, length_q, output_depth]`, and the updated cache when one is given.
+    `[batch, length_q, output_depth]`; with return_attention_scores a pair of it
+    and the weights `[batch, heads, length_q, length_kv]` (before dropout).
+
+  Incremental decoding uses `attend` (precomputed keys and values, e.g. of
+  `compute_memory_kv`) and `attend_step` (self-attention writing each step into
+  fixed-size buffers), each with one return type.
   """
 
   def __init__(self, key_channels: int, value_channels: int, output_depth: int,
@@ -140,14 +143,11 @@ class MultiHeadAttention(keras.layers.Layer):
     for name, value in (("key_channels", key_channels), ("value_channels", value_channels)):
       if value % num_heads:
         raise ValueError(f"{name}={value} must be divisible by num_heads={num_heads}.")
-    self.key_channels = key_channels
-    self.value_channels = value_channels
-    self.output_depth = output_depth
-    self.num_heads = num_heads
-    self.attention_dropout = attention_dropout
-    self.initializer = initializer
-    self.initializer_gain = initializer_gain
     get_variable_initializer(initializer, initializer_gain)  # Validates the name.
+    self.key_channels, self.value_channels = key_channels, value_channels
+    self.output_depth, self.num_heads = output_depth, num_heads
+    self.attention_dropout = attention_dropout
+    self.initializer, self.initializer_gain = initializer, initializer_gain
 
   def build(self, query_antecedent_shape, memory_antecedent_shape=None):
     query_shape, memory_shape = query_antecedent_shape, memory_antecedent_shape
@@ -166,10 +166,13 @@ class MultiHeadAttention(keras.layers.Layer):
     self.output_transform.build(tuple(query_shape[:-1]) + (self.value_channels,))
     self.dropout = keras.layers.Dropout(self.attention_dropout, dtype=self.dtype_policy)
 
-  def compute_memory_kv(self, memory: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+  def compute_memory_kv(self, memory: tf.Tensor) -> KeyValue:
     """Keys and values of `memory` `[batch, len, depth]`, split into heads."""
-    return (split_heads(self.k(memory), self.num_heads),
-            split_heads(self.v(memory), self.num_heads))
+    return KeyValue(split_heads(self.k(memory), self.num_heads),
+                    split_heads(self.v(memory), self.num_heads))
+
+  def _queries(self, query_antecedent: tf.Tensor) -> tf.Tensor:
+    return split_heads(self.q(query_antecedent), self.num_heads)
 
   def _attention_weights(self, q, k, bias):
     """softmax(q·kᵀ·depth^-0.5 + bias): `[batch, heads, length_q, length_kv]`."""
@@ -181,46 +184,58 @@ class MultiHeadAttention(keras.layers.Layer):
       logits += tf.cast(bias, tf.float32)
     return tf.cast(tf.nn.softmax(logits), q.dtype)
 
-  def attention_weights(self, query_antecedent, memory_antecedent=None, bias=None):
-    """The attention distribution of `call` (no dropout), for inspection.
+  def call(self, query_antecedent, memory_antecedent=None, bias=None, training=None,
+           return_attention_scores=False):
+    q = self._queries(query_antecedent)
+    source = query_antecedent if memory_antecedent is None else memory_antecedent
+    k, v = self.compute_memory_kv(source)
+    weights = self._attention_weights(q, k, bias)
+    context = tf.matmul(self.dropout(weights, training=training), v)
+    x = self.output_transform(combine_heads(context))
+    return (x, weights) if return_attention_scores else x
+
+  def attend(self, query_antecedent: tf.Tensor, keys_values: KeyValue, bias) -> tf.Tensor:
+    """Decoding rows attending to precomputed keys and values (no dropout).
+
+    Args:
+      query_antecedent: `[rows, length_q, depth]`, rows item-major: each group
+        of `rows / items` consecutive rows (the beams of an item in beam
+        search, else 1) attends to its item's keys and values.
+      keys_values: `KeyValue` with `items` rows.
+      bias: `[items, 1, group * length_q or 1, length_kv]`, queries group-major.
 
     Returns:
-      float `[batch, heads, length_q, length_kv]`.
+      `[rows, length_q, output_depth]`.
     """
-    source = query_antecedent if memory_antecedent is None else memory_antecedent
-    q = split_heads(self.q(query_antecedent), self.num_heads)
-    k = split_heads(self.k(source), self.num_heads)
-    return self._attention_weights(q, k, bias)
+    q = self._queries(query_antecedent)
+    # The `group` beams of an item share one memory, so they attend to it as
+    # `group * length_q` queries of one row instead of reading `group` tiled
+    # (or reordered) copies of it.
+    group = tf.shape(q)[0] // tf.shape(keys_values.k)[0]
+    weights = self._attention_weights(_group_rows(q, group), keys_values.k, bias)
+    context = _ungroup_rows(tf.matmul(weights, keys_values.v), group)
+    return self.output_transform(combine_heads(context))
 
-  def call(self, query_antecedent, memory_antecedent=None, bias=None, training=None,
-           cache: Optional[Dict[str, tf.Tensor]] = None, decode_index=None):
-    q = split_heads(self.q(query_antecedent), self.num_heads)
-    new_cache = None
-    if cache is not None and "k_encdec" in cache:
-      k, v = cache["k_encdec"], cache["v_encdec"]
-    else:
-      source = query_antecedent if memory_antecedent is None else memory_antecedent
-      k, v = self.compute_memory_kv(source)
-      if cache is not None:
-        k = write_position(cache["k"], k, decode_index)
-        v = write_position(cache["v"], v, decode_index)
-        new_cache = {"k": k, "v": v}
-    group = None
-    if cache is not None:
-      # Beam search: the `group` beams of an item (item-major rows) share one
-      # memory, so they attend to it as `group * length_q` queries of one row
-      # instead of reading `group` tiled (or reordered) copies of it.
-      group = tf.shape(q)[0] // tf.shape(k)[0]
-      q = _group_rows(q, group)
-    weights = self._attention_weights(q, k, bias)
-    weights = self.dropout(weights, training=training)
-    context = tf.matmul(weights, v)
-    if group is not None:
-      context = _ungroup_rows(context, group)
-    x = self.output_transform(combine_heads(context))
-    if cache is not None:
-      return x, new_cache if new_cache is not None else cache
-    return x
+  def attend_step(self, query_antecedent: tf.Tensor, buffers: KeyValue, index,
+                  bias) -> Tuple[tf.Tensor, KeyValue]:
+    """Self-attention of one decoding step through fixed-size buffers.
+
+    Writes the step's key and value at `index` (see `write_position`), then
+    attends as `attend` does.
+
+    Args:
+      query_antecedent: `[rows, 1, depth]`.
+      buffers: `KeyValue` `[items, heads, max_length * group, depth / heads]`.
+      index: scalar int32 step.
+      bias: `[items, 1, group, max_length * group]` (which entries each row sees).
+
+    Returns:
+      (`[rows, 1, output_depth]`, the buffers with this step written).
+    """
+    step = self.compute_memory_kv(query_antecedent)
+    buffers = KeyValue(write_position(buffers.k, step.k, index),
+                       write_position(buffers.v, step.v, index))
+    return self.attend(query_antecedent, buffers, bias), buffers
 
   def compute_output_shape(self, query_antecedent_shape, memory_antecedent_shape=None):
     return tuple(query_antecedent_shape[:-1]) + (self.output_depth,)

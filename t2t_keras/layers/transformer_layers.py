@@ -6,11 +6,12 @@ Each sublayer is `postprocess(x, f(preprocess(x)))`; after the stack a final
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import List, Tuple
 
 import keras
 import tensorflow as tf
 
+from t2t_keras.decoding_state import KeyValue, Memory
 from t2t_keras.hparams import HParams
 from t2t_keras.layers.attention import MultiHeadAttention
 from t2t_keras.layers.ffn import DenseReluDense, LayerPrepostprocess
@@ -71,8 +72,10 @@ class EncoderLayer(HParamsLayer):
 
   Call arguments:
     x: `[batch, length, hidden]`; bias: `[batch, 1, 1, length]` padding bias.
+    return_attention_scores: also return the self-attention weights.
   Returns:
-    `[batch, length, hidden]`.
+    `[batch, length, hidden]`; with return_attention_scores a pair of it and
+    the weights `[batch, heads, length, length]`.
   """
 
   def build(self, input_shape):
@@ -84,12 +87,13 @@ class EncoderLayer(HParamsLayer):
     self.pre, self.post = _prepost_pair(hp, "self_attention", self.dtype_policy, input_shape)
     self.ffn_pre, self.ffn_post = _prepost_pair(hp, "ffn", self.dtype_policy, input_shape)
 
-  def call(self, x, bias, training=None):
-    y = self.self_attention(self.pre(None, x, training=training), bias=bias,
-                            training=training)
+  def call(self, x, bias, training=None, return_attention_scores=False):
+    y, scores = self.self_attention(self.pre(None, x, training=training), bias=bias,
+                                    training=training, return_attention_scores=True)
     x = self.post(x, y, training=training)
     y = self.ffn(self.ffn_pre(None, x, training=training), training=training)
-    return self.ffn_post(x, y, training=training)
+    x = self.ffn_post(x, y, training=training)
+    return (x, scores) if return_attention_scores else x
 
 
 class DecoderLayer(HParamsLayer):
@@ -97,13 +101,15 @@ class DecoderLayer(HParamsLayer):
 
   Call arguments:
     x: `[batch, length, hidden]`.
-    encoder_output: `[batch, input_length, hidden]` (unused when the cache holds
-      the precomputed encoder-decoder keys and values).
-    self_bias: `[1 or batch, 1, length, length_kv]`; encdec_bias: `[batch, 1, 1, input_length]`.
-    cache: None, or `{"k", "v", "k_encdec", "v_encdec"}` (see MultiHeadAttention).
-    decode_index: scalar step written into the cache.
+    encoder_output: `[batch, input_length, hidden]`.
+    self_bias: `[1 or batch, 1, length, length]`; encdec_bias: `[batch, 1, 1, input_length]`.
+    return_attention_scores: also return the attention weights.
   Returns:
-    `[batch, length, hidden]`, plus the new cache when a cache is given.
+    `[batch, length, hidden]`; with return_attention_scores a pair of it and
+    (self-attention weights `[batch, heads, length, length]`, encoder-decoder
+    weights `[batch, heads, length, input_length]`).
+
+  `step` is the same layer for one incremental decoding step.
   """
 
   def build(self, input_shape):
@@ -119,79 +125,127 @@ class DecoderLayer(HParamsLayer):
                                                       self.dtype_policy, input_shape)
     self.ffn_pre, self.ffn_post = _prepost_pair(hp, "ffn", self.dtype_policy, input_shape)
 
-  def call(self, x, encoder_output, self_bias, encdec_bias, training=None, cache=None,
-           decode_index=None):
-    self_cache = encdec_cache = None
-    if cache is not None:
-      self_cache = {"k": cache["k"], "v": cache["v"]}
-      encdec_cache = {"k_encdec": cache["k_encdec"], "v_encdec": cache["v_encdec"]}
-    y = self.self_attention(self.pre(None, x, training=training), bias=self_bias,
-                            training=training, cache=self_cache, decode_index=decode_index)
-    if cache is not None:
-      y, self_cache = y
+  def call(self, x, encoder_output, self_bias, encdec_bias, training=None,
+           return_attention_scores=False):
+    y, self_scores = self.self_attention(self.pre(None, x, training=training), bias=self_bias,
+                                         training=training, return_attention_scores=True)
     x = self.post(x, y, training=training)
-    y = self.encdec_attention(self.encdec_pre(None, x, training=training), encoder_output,
-                              bias=encdec_bias, training=training, cache=encdec_cache)
-    if cache is not None:
-      y = y[0]
-    x = self.encdec_post(x, y, training=training)
+    y, encdec_scores = self.encdec_attention(
+        self.encdec_pre(None, x, training=training), encoder_output, bias=encdec_bias,
+        training=training, return_attention_scores=True)
+    x = self._feed_forward(self.encdec_post(x, y, training=training), training)
+    return (x, (self_scores, encdec_scores)) if return_attention_scores else x
+
+  def step(self, x, self_bias, encdec_bias, memory: KeyValue, buffers: KeyValue,
+           index) -> Tuple[tf.Tensor, KeyValue]:
+    """One incremental decoding step (inference: no dropout).
+
+    Args:
+      x: `[rows, 1, hidden]`, the step's input of each hypothesis.
+      self_bias: what each row's self-attention sees (`DecodingState.begin_step`).
+      encdec_bias: `[items, 1, 1, input_length]`.
+      memory: this layer's encoder-decoder keys and values, `items` rows.
+      buffers: this layer's self-attention buffers (see `attend_step`).
+      index: scalar int32 step.
+
+    Returns:
+      (`[rows, 1, hidden]`, the buffers with this step written).
+    """
+    y, buffers = self.self_attention.attend_step(self.pre(None, x, training=False), buffers,
+                                                 index, self_bias)
+    x = self.post(x, y, training=False)
+    y = self.encdec_attention.attend(self.encdec_pre(None, x, training=False), memory,
+                                     encdec_bias)
+    return self._feed_forward(self.encdec_post(x, y, training=False), False), buffers
+
+  def _feed_forward(self, x, training):
     y = self.ffn(self.ffn_pre(None, x, training=training), training=training)
-    x = self.ffn_post(x, y, training=training)
-    if cache is not None:
-      return x, dict(cache, **self_cache)
-    return x
+    return self.ffn_post(x, y, training=training)
 
 
-class TransformerEncoder(HParamsLayer):
-  """`encoder_layers` EncoderLayers and the final preprocess.
+class _Stack(HParamsLayer):
+  """`num_layers` layers `layer_i` of `layer_class` and the final preprocess."""
 
-  Call arguments: x `[batch, length, hidden]`, bias `[batch, 1, 1, length]`.
-  Returns: `[batch, length, hidden]`.
-  """
+  layer_class = None
+
+  def num_layers(self) -> int:
+    raise NotImplementedError
 
   def build(self, input_shape):
     hp = self.hparams
     # One attribute per layer: TF checkpoints do not follow Keras' list wrappers.
-    for i in range(hp.encoder_layers):
-      layer = EncoderLayer(hp, name=f"layer_{i}", dtype=self.dtype_policy)
+    for i in range(self.num_layers()):
+      layer = self.layer_class(hp, name=f"layer_{i}", dtype=self.dtype_policy)
       layer.build(input_shape)
       setattr(self, f"layer_{i}", layer)
     self.final = LayerPrepostprocess(hp.layer_preprocess_sequence, 0.0, hp.norm_epsilon,
                                      name="final_preprocess", dtype=self.dtype_policy)
     self.final.build(input_shape)
 
-  def call(self, x, bias, training=None):
-    for layer in self.layers_:
-      x = layer(x, bias, training=training)
-    return self.final(None, x, training=training)
 
+class TransformerEncoder(_Stack):
+  """`encoder_layers` EncoderLayers and the final preprocess.
 
-class TransformerDecoder(HParamsLayer):
-  """`decoder_layers` DecoderLayers and the final preprocess.
-
-  Call arguments: as DecoderLayer, with `cache` a list of per-layer dicts.
-  Returns: `[batch, length, hidden]`, plus the new cache list when given one.
+  Call arguments: x `[batch, length, hidden]`, bias `[batch, 1, 1, length]`,
+    return_attention_scores.
+  Returns: `[batch, length, hidden]`; with return_attention_scores a pair of it
+    and the list of each layer's weights.
   """
 
-  def build(self, input_shape):
-    hp = self.hparams
-    for i in range(hp.decoder_layers):
-      layer = DecoderLayer(hp, name=f"layer_{i}", dtype=self.dtype_policy)
-      layer.build(input_shape)
-      setattr(self, f"layer_{i}", layer)
-    self.final = LayerPrepostprocess(hp.layer_preprocess_sequence, 0.0, hp.norm_epsilon,
-                                     name="final_preprocess", dtype=self.dtype_policy)
-    self.final.build(input_shape)
+  layer_class = EncoderLayer
+
+  def num_layers(self) -> int:
+    return self.hparams.encoder_layers
+
+  def call(self, x, bias, training=None, return_attention_scores=False):
+    scores = []
+    for layer in self.layers_:
+      x, layer_scores = layer(x, bias, training=training, return_attention_scores=True)
+      scores.append(layer_scores)
+    x = self.final(None, x, training=training)
+    return (x, scores) if return_attention_scores else x
+
+
+class TransformerDecoder(_Stack):
+  """`decoder_layers` DecoderLayers and the final preprocess.
+
+  Call arguments: as DecoderLayer.
+  Returns: `[batch, length, hidden]`; with return_attention_scores a pair of it
+    and the list of each layer's (self, encoder-decoder) weights.
+
+  Incremental decoding: `memory_keys_values` once, then `step` per position.
+  """
+
+  layer_class = DecoderLayer
+
+  def num_layers(self) -> int:
+    return self.hparams.decoder_layers
 
   def call(self, x, encoder_output, self_bias, encdec_bias, training=None,
-           cache: Optional[List[Dict[str, tf.Tensor]]] = None, decode_index=None):
-    new_cache = []
-    for i, layer in enumerate(self.layers_):
-      if cache is None:
-        x = layer(x, encoder_output, self_bias, encdec_bias, training=training)
-      else:
-        x, layer_cache = layer(x, encoder_output, self_bias, encdec_bias, training=training,
-                               cache=cache[i], decode_index=decode_index)
-        new_cache.append(layer_cache)
+           return_attention_scores=False):
+    scores = []
+    for layer in self.layers_:
+      x, layer_scores = layer(x, encoder_output, self_bias, encdec_bias, training=training,
+                              return_attention_scores=True)
+      scores.append(layer_scores)
     x = self.final(None, x, training=training)
-    return (x, new_cache) if cache is not None else x
+    return (x, scores) if return_attention_scores else x
+
+  def memory_keys_values(self, encoder_output) -> Tuple[KeyValue, ...]:
+    """Each layer's encoder-decoder keys and values of `[items, input_length, hidden]`."""
+    return tuple(layer.encdec_attention.compute_memory_kv(encoder_output)
+                 for layer in self.layers_)
+
+  def step(self, x, self_bias, memory: Memory, buffers: Tuple[KeyValue, ...],
+           index) -> Tuple[tf.Tensor, Tuple[KeyValue, ...]]:
+    """One incremental decoding step of the stack (see `DecoderLayer.step`).
+
+    Returns:
+      (`[rows, 1, hidden]`, every layer's buffers with this step written).
+    """
+    written = []
+    for layer, keys_values, layer_buffers in zip(self.layers_, memory.layers, buffers):
+      x, layer_buffers = layer.step(x, self_bias, memory.bias, keys_values, layer_buffers,
+                                    index)
+      written.append(layer_buffers)
+    return self.final(None, x, training=False), tuple(written)

@@ -16,7 +16,8 @@ tf.config.set_logical_device_configuration(
 sys.path.insert(0, sys.argv[1])
 from tests.scripts.step_utils import LINEAR_ADAM, batches, one_step  # noqa: E402
 from t2t_keras.hparams import create_hparams  # noqa: E402
-from t2t_keras.training import ModelSpec, Trainer  # noqa: E402
+from t2t_keras.run_dir import ModelSpec  # noqa: E402
+from t2t_keras.training import Trainer  # noqa: E402
 
 hp = create_hparams("transformer_tiny", LINEAR_ADAM)
 spec = ModelSpec(40, 40, 3)

@@ -10,6 +10,7 @@ checks that today's code loads the run and reproduces them: the checkpoint's
 variable names and the model's numerics did not change.
 """
 
+import inspect
 import json
 import os
 import shutil
@@ -28,8 +29,12 @@ STEPS = 30
 
 def main(commit: str) -> None:
   from tests.trained_fixture import train_tiny_run
-  from t2t_keras import decoding, experiment
+  from t2t_keras import decoding
   from t2t_keras.hparams import DecodeHParams
+  try:
+    from t2t_keras.run_dir import load_trained_model
+  except ImportError:  # commits before run_dir.py (b829728 wrote tests/data/main_checkpoint)
+    from t2t_keras.experiment import load_trained_model
   root = tempfile.mkdtemp()
   run_dir, _ = train_tiny_run(root, steps=STEPS, overrides=OVERRIDES)
   if os.path.exists(OUT):
@@ -37,7 +42,7 @@ def main(commit: str) -> None:
   os.makedirs(OUT)
   shutil.copytree(run_dir, os.path.join(OUT, "run"),
                   ignore=shutil.ignore_patterns("events.*", "eval", "train", "*.tmp*"))
-  model, hp, _, spec, path = experiment.load_trained_model(os.path.join(OUT, "run"))
+  model, hp, _, spec, path = load_trained_model(os.path.join(OUT, "run"))
   rng = np.random.default_rng(0)
   vocab = spec.target_vocab_size
   inputs = rng.integers(2, vocab, size=(3, 7)).astype(np.int32)
@@ -47,7 +52,10 @@ def main(commit: str) -> None:
   targets[:, -1] = 1
   logits = model({"inputs": inputs, "targets": targets}, training=False).numpy()
   decode_hp = DecodeHParams(beam_size=2, alpha=0.6, extra_length=4)
-  ids, scores = decoding.make_decode_fn(model, decode_hp, hp)(tf.constant(inputs))
+  # Commits before the sampling settings moved to DecodeHParams also took the model hparams.
+  takes_hparams = "hparams" in inspect.signature(decoding.make_decode_fn).parameters
+  extra = (hp,) if takes_hparams else ()
+  ids, scores = decoding.make_decode_fn(model, decode_hp, *extra)(tf.constant(inputs))
   np.savez(os.path.join(OUT, "expected.npz"), inputs=inputs, targets=targets, logits=logits,
            beam_ids=ids.numpy(), beam_scores=scores.numpy())
   variables = sorted(name for name, _ in tf.train.list_variables(path))

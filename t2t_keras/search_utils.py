@@ -1,0 +1,90 @@
+"""What every decoding loop shares: the id buffer, per-row lengths, argument checks.
+
+Used by `beam_search.py` and `sampling.py`. The loops write decoded ids into a
+fixed-size buffer `[n, decode_length + 1]` (column 0 holds the initial ids) and
+stop each row at its own decode length, so shapes never change across steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Tuple, Union
+
+import numpy as np
+import tensorflow as tf
+
+from t2t_keras.decoding_state import DecodingState
+
+# fn(ids [n, decode_length + 1], i, state) -> (logits [n, vocab], state).
+SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, DecodingState],
+                             Tuple[tf.Tensor, DecodingState]]
+IntOrTensor = Union[int, tf.Tensor]
+
+
+def write_column(buffer: tf.Tensor, position: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
+  """Writes `values` [...] into column `position` of `buffer` [..., length]."""
+  length = tf.shape(buffer)[-1]
+  is_position = tf.equal(tf.range(length), position)  # [length]
+  return tf.where(is_position, values[..., None], buffer)
+
+
+def init_id_buffer(initial_ids: tf.Tensor, decode_length: IntOrTensor) -> tf.Tensor:
+  """`[batch]` initial ids -> `[batch, decode_length + 1]` zeros + column 0."""
+  initial_ids = tf.convert_to_tensor(initial_ids)
+  if initial_ids.shape.rank != 1:
+    raise ValueError("initial_ids must have shape [batch], got shape "
+                     f"{initial_ids.shape}.")
+  initial_ids = tf.cast(initial_ids, tf.int32)
+  buffer = tf.zeros(tf.stack([tf.shape(initial_ids)[0], decode_length + 1]), tf.int32)
+  return write_column(buffer, 0, initial_ids)
+
+
+def item_decode_lengths(decode_lengths, decode_length: IntOrTensor,
+                        batch_size: tf.Tensor) -> tf.Tensor:
+  """`[batch]` int32 per-item lengths (default `decode_length`), capped at decode_length."""
+  if decode_lengths is None:
+    return tf.fill([batch_size], tf.cast(decode_length, tf.int32))
+  decode_lengths = tf.convert_to_tensor(decode_lengths)
+  if decode_lengths.shape.rank != 1:
+    raise ValueError("decode_lengths must have shape [batch], got shape "
+                     f"{decode_lengths.shape}.")
+  return tf.minimum(tf.cast(decode_lengths, tf.int32), tf.cast(decode_length, tf.int32))
+
+
+def check_logits(logits: tf.Tensor, vocab_size: Optional[int]) -> tf.Tensor:
+  """Casts logits to float32 and checks the static vocab dim."""
+  last_dim = logits.shape[-1]
+  if vocab_size is not None and last_dim is not None and last_dim != vocab_size:
+    raise ValueError(
+        f"symbols_to_logits_fn returned logits with last dim {last_dim}, "
+        f"but vocab_size={vocab_size}; pass the model's vocab size.")
+  return tf.cast(logits, tf.float32)
+
+
+def is_int(value: Any) -> bool:
+  return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def check_positive_int(name: str, value: Any, minimum: int = 1) -> None:
+  if not is_int(value) or value < minimum:
+    raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}.")
+
+
+def check_decode_length(decode_length: IntOrTensor) -> None:
+  if isinstance(decode_length, tf.Tensor):
+    return  # checked by shapes at run time
+  check_positive_int("decode_length", decode_length, minimum=0)
+
+
+def check_state(state: Optional[DecodingState], batch_size: Any) -> DecodingState:
+  """`state` (or an empty one) after checking the static leading dims of `per_beam`."""
+  if state is None:
+    return DecodingState()
+  if not isinstance(state, DecodingState):
+    raise ValueError("state must be a decoding_state.DecodingState, got "
+                     f"{type(state).__name__}.")
+  for tensor in tf.nest.flatten(state.per_beam):
+    rows = tf.convert_to_tensor(tensor).shape[:1]
+    if batch_size is not None and rows and rows[0] not in (None, batch_size):
+      raise ValueError(f"every per_beam tensor needs leading dim batch={batch_size}; "
+                       f"got a tensor of shape {tensor.shape}.")
+  return state
