@@ -28,6 +28,7 @@ Run:
 """
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -43,6 +44,7 @@ import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from bench_train import make_peak_probe  # noqa: E402  pylint: disable=g-import-not-at-top
 from data_gen.text_encoder import EOS_ID  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import decoding  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -79,6 +81,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
   p.add_argument("--test_hparams_set", default="transformer_small",
                  help="random model of the test case when no --output_dir")
   p.add_argument("--max_lines", type=int, default=128, help="test lines decoded (0: all)")
+  p.add_argument("--result_json", default="",
+                 help="also write the rows here (bench_vs_model_garden.py reads them)")
   p.add_argument("--peak_size", type=int, default=1024,
                  help="n of the n*n*n matmuls timing the matmul peak (worst case)")
   args = p.parse_args(argv)
@@ -123,8 +127,8 @@ def test_case(args, dtype: str) -> Tuple[Transformer, List[np.ndarray]]:
   from data_gen.text_encoder import SubwordTextEncoder  # pylint: disable=g-import-not-at-top
   set_dtype(dtype)
   if args.output_dir:
-    from t2t_keras import experiment  # pylint: disable=g-import-not-at-top
-    model = experiment.load_trained_model(args.output_dir)[0]
+    from t2t_keras import run_dir  # pylint: disable=g-import-not-at-top
+    model = run_dir.load_trained_model(args.output_dir)[0]
   else:
     vocab = SubwordTextEncoder(os.path.join(args.data_dir,
                                             f"vocab.{PROBLEM}.8192.subwords"))
@@ -201,6 +205,7 @@ def worst_case_peak_fraction(model, args, mode: str, seconds: float, peak: float
 
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
+  print(cpu_info.describe())
   print(f"TensorFlow {tf.__version__}; repeats={args.repeats}, batch={args.batch}, "
         f"beam={args.beam_size}, alpha={args.alpha}, extra_length={args.extra_length}")
   header = (f"{'case':6} {'dtype':9} {'mode':22} {'sent/s':>8} {'tok/s':>8} "
@@ -208,7 +213,7 @@ def main(argv: List[str]) -> None:
             f"{'GFLOP/s':>7} {'peak':>5}")
   print(header)
   print("-" * len(header))
-  peaks = {}
+  peaks, results = {}, []
   for case in args.cases:
     for dtype in args.dtypes:
       model, batches = (worst_case if case == "worst" else test_case)(args, dtype)
@@ -224,7 +229,11 @@ def main(argv: List[str]) -> None:
         print(f"{case:6} {dtype:9} {mode:22} {r['sentences/s']:8.2f} {r['tokens/s']:8.1f} "
               f"{r['tokens/sentence']:8.1f} {r['seconds']:8.2f} {r['warmup']:8.1f} {ratio} "
               f"{fraction}", flush=True)
+        results.append(dict(r, case=case, dtype=dtype, mode=mode))
   set_dtype("float32")
+  if args.result_json:
+    with open(args.result_json, "w", encoding="utf-8") as f:
+      json.dump(results, f)
   print(f"Model Garden worst case (float32): {MODEL_GARDEN_SENTENCES_PER_SEC} sentences/s, "
         f"{MODEL_GARDEN_TOKENS_PER_SEC} output tokens/s; target >= 2x.")
   for dtype, peak in peaks.items():

@@ -49,8 +49,8 @@ def _random_run(root: str):
 
 def _trained_run():
   from data_gen import registry
-  from t2t_keras import experiment
-  model, hp, name, _, _ = experiment.load_trained_model(FLAGS.output_dir)
+  from t2t_keras import run_dir
+  model, hp, name, _, _ = run_dir.load_trained_model(FLAGS.output_dir)
   problem = registry.problem(name, FLAGS.data_dir)
   encoders = problem.feature_encoders(FLAGS.data_dir)
   vocab = {s: os.path.join(FLAGS.data_dir, problem.vocab_filenames[s]) for s in encoders}

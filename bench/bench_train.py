@@ -19,6 +19,7 @@ Run:
 """
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -31,6 +32,7 @@ import keras  # noqa: E402  pylint: disable=g-import-not-at-top
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
+from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import run_dir  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -55,6 +57,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
                       "('eager' means a tf.function without XLA)")
   p.add_argument("--intra_op_threads", type=int, default=0, help="0: TensorFlow's default")
   p.add_argument("--inter_op_threads", type=int, default=0, help="0: TensorFlow's default")
+  p.add_argument("--result_json", default="",
+                 help="also write the rows here (bench_vs_model_garden.py reads them)")
   args = p.parse_args(argv)
   for name in ("steps", "repeats", "batch", "length", "peak_size"):
     if getattr(args, name) < 1:
@@ -203,7 +207,12 @@ def print_table(args, rows: List[Dict[str, float]]) -> None:
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
   keras.utils.set_random_seed(0)
-  print_table(args, run(args))
+  print(cpu_info.describe())
+  rows = run(args)
+  print_table(args, rows)
+  if args.result_json:
+    with open(args.result_json, "w", encoding="utf-8") as f:
+      json.dump(rows, f)
 
 
 if __name__ == "__main__":

@@ -29,10 +29,44 @@ from t2t_keras.hparams import DecodeHParams
 from t2t_keras.model import Transformer
 
 DEFAULT_FILE_BATCH_SIZE = 32  # T2T: decode_hparams.batch_size=0 means 32 from a file
+# Padded input lengths under XLA, which compiles once per input shape: a file
+# compiles a handful of times, at most 1.5x the tokens of the longest input in
+# a batch (decoding stops each sentence at its own length anyway).
+XLA_LENGTH_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+# The automatic choice (`jit_compile=None`), from measurements on a 2-core Zen 4
+# (README, Benchmarks): XLA only for float32 models of at least
+# AUTO_XLA_MIN_HIDDEN_SIZE decoding at least AUTO_XLA_MIN_LINES lines. A
+# transformer_base batch of 32 decodes about 2 s faster with XLA but each input
+# shape compiles for about 14 s, so XLA pays after roughly 2,000 lines; for
+# transformer_tiny the demo's 968 test lines took 38 s with XLA against 27 s
+# without. Interactive and short inputs never wait for a compilation.
+AUTO_XLA_MIN_LINES = 2000
+AUTO_XLA_MIN_HIDDEN_SIZE = 512
 # Characters that break a line (`str.splitlines`) or a tab-separated column; never
 # in an output (export.py removes the same set in-graph).
 OUTPUT_BREAKS = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x85\u2028\u2029"
 _BREAKS_TABLE = {ord(c): " " for c in OUTPUT_BREAKS}
+
+
+def xla_length(length: int) -> int:
+  """The padded length of a batch whose longest input has `length` ids, under XLA."""
+  for bucket in XLA_LENGTH_BUCKETS:
+    if length <= bucket:
+      return bucket
+  return -(-length // 256) * 256
+
+
+def auto_jit_compile(model: Transformer, lines: int) -> bool:
+  """Whether decoding `lines` lines is faster with XLA (the `jit_compile=None` choice).
+
+  XLA for float32 decoding of at least AUTO_XLA_MIN_LINES lines by a model of
+  hidden_size >= AUTO_XLA_MIN_HIDDEN_SIZE. Never for bfloat16: XLA's CPU dots
+  compute bfloat16 at the float32 rate, where TensorFlow's oneDNN kernels use the
+  CPU's native bfloat16.
+  """
+  return (lines >= AUTO_XLA_MIN_LINES and
+          model.hparams.hidden_size >= AUTO_XLA_MIN_HIDDEN_SIZE and
+          model.dtype_policy.compute_dtype == "float32")
 
 
 def clean_output(text: str) -> str:
@@ -48,20 +82,21 @@ class TextDecoder:
     encoders: {"inputs": encoder, "targets": encoder} (SubwordTextEncoder API).
     decode_hp: DecodeHParams (beam search, or greedy / sampling with beam_size 1).
     use_cache: cached incremental decoding (default) or full recomputation.
-    jit_compile: XLA-compile decoding (input lengths padded to multiples of 8).
+    jit_compile: XLA-compile decoding (input lengths padded to XLA_LENGTH_BUCKETS);
+      None (the default) chooses per call of `decode_lines` (`auto_jit_compile`).
     log: function taking one progress line.
   """
 
   def __init__(self, model: Transformer, encoders: Dict, decode_hp: DecodeHParams,
-               use_cache: bool = True, jit_compile: bool = False,
+               use_cache: bool = True, jit_compile: Optional[bool] = None,
                log: Callable[[str], None] = print):
     self.model = model
     self.encoders = encoders
     self.decode_hp = decode_hp
     self.jit_compile = jit_compile
     self.log = log
-    self.decode_fn = decoding.make_decode_fn(model, decode_hp, use_cache=use_cache,
-                                             jit_compile=jit_compile)
+    self.use_cache = use_cache
+    self._decode_fns = {}  # jit_compile -> fn, kept across calls (XLA keeps its compilations)
     self.score_fn = tf.function(lambda x, y: decoding.score_targets(model, x, y),
                                 input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2)
     self.truncated = 0
@@ -81,10 +116,18 @@ class TextDecoder:
       self.truncated += 1
     return ids + [EOS_ID]
 
-  def _pad(self, rows: List[List[int]]) -> np.ndarray:
+  def decode_fn(self, jit_compile: bool) -> Callable:
+    """The decoding tf.function with or without XLA, made once."""
+    if jit_compile not in self._decode_fns:
+      self._decode_fns[jit_compile] = decoding.make_decode_fn(
+          self.model, self.decode_hp, use_cache=self.use_cache, jit_compile=jit_compile)
+    return self._decode_fns[jit_compile]
+
+  @staticmethod
+  def _pad(rows: List[List[int]], jit_compile: bool = False) -> np.ndarray:
     length = max(len(r) for r in rows)
-    if self.jit_compile:
-      length = -(-length // 8) * 8  # few distinct shapes -> few XLA compilations
+    if jit_compile:
+      length = xla_length(length)  # few distinct shapes -> few XLA compilations
     return np.array([r + [0] * (length - len(r)) for r in rows], np.int32)
 
   def _format(self, ids: np.ndarray, scores: np.ndarray) -> str:
@@ -111,13 +154,17 @@ class TextDecoder:
     # T2T: longest first by whitespace tokens; stable for equal lengths.
     todo.sort(key=lambda i: -len(lines[i].split()))
     encoded = {i: self._encode(lines[i]) for i in todo}
+    jit = self.jit_compile
+    if jit is None:
+      jit = auto_jit_compile(self.model, len(todo))
+    decode_fn = self.decode_fn(jit)
     if self.truncated:
       self.log(f"Truncated {self.truncated} input line(s) to max_input_size="
                f"{self.decode_hp.max_input_size} subword tokens.")
     start = last = time.time()
     for begin in range(0, len(todo), self.batch_size):
       batch = todo[begin:begin + self.batch_size]
-      ids, scores = self.decode_fn(tf.constant(self._pad([encoded[i] for i in batch])))
+      ids, scores = decode_fn(tf.constant(self._pad([encoded[i] for i in batch], jit)))
       for row, index in enumerate(batch):
         outputs[index] = self._format(ids[row].numpy(), scores[row].numpy())
         if self.decode_hp.log_results:  # T2T's log_decode_results.

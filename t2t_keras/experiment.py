@@ -35,12 +35,6 @@ from t2t_keras import inputs as inputs_lib
 from t2t_keras import run_dir
 from t2t_keras.training import Trainer, check_finite
 
-# Temporary aliases while callers move to run_dir (the run directory's one owner).
-load_trained_model = run_dir.load_trained_model
-load_run_files = run_dir.load_run_files
-save_or_check_run_files = run_dir.save_or_check_run_files
-record_stop = run_dir.record_stop
-
 SCHEDULES = ("train", "evaluate", "train_and_evaluate", "continuous_train_and_eval",
              "continuous_eval")
 

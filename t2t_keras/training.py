@@ -86,7 +86,8 @@ def set_mixed_precision(mode: str, cpuinfo: Optional[str] = None) -> None:
     _warned_slow_bfloat16 = True
     logging.getLogger(__name__).warning(
         "mixed_precision=bfloat16 on a CPU without native bfloat16 (%s): bfloat16 math is "
-        "emulated there, so training will be slower than with mixed_precision=none.",
+        "emulated there, so training and decoding will be slower than with "
+        "mixed_precision=none.",
         cpu_info.describe(cpuinfo))
 
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_keras import beam_search, decode_text, decoding, experiment
+from t2t_keras import beam_search, decode_text, decoding
+from t2t_keras.run_dir import load_trained_model
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from t2t_keras.model import Transformer
 from tests import t2t_numpy_decoding as t2t
@@ -41,7 +42,7 @@ def _inputs(rng, vocab, lengths):
 
 def _loaded(trained):
   run_dir, data_dir = trained
-  model, hp, problem, _, _ = experiment.load_trained_model(run_dir)
+  model, hp, problem, _, _ = load_trained_model(run_dir)
   from data_gen import registry
   encoders = registry.problem(problem, data_dir).feature_encoders(data_dir)
   return model, hp, encoders
@@ -263,7 +264,7 @@ def test_nbest_sorted_and_scores_match_score_file(trained):
   decoder = decode_text.TextDecoder(model, encoders, dhp)
   source = "a small cat sees the house"
   x = tf.constant([encoders["inputs"].encode(source) + [1]], tf.int32)
-  ids, scores = decoder.decode_fn(x)
+  ids, scores = decoder.decode_fn(jit_compile=False)(x)
   ids, scores = ids[0].numpy(), scores[0].numpy()
   assert list(scores) == sorted(scores, reverse=True)
   for beam_ids, score in zip(ids, scores):
@@ -339,3 +340,41 @@ def test_bleu_hook_of_training_decodes_and_scores(trained, tmp_path):
   hook = decode_text.make_bleu_hook(model, encoders, create_decode_hparams("beam_size=2"),
                                     str(src), str(ref), max_lines=1)
   assert hook(0)["bleu"] == pytest.approx(100.0)  # only the first line is decoded
+
+
+def test_xla_length_buckets():
+  # Multiples of 8 up to 32, then about x1.5 per bucket, then multiples of 256.
+  cases = {1: 8, 8: 8, 9: 16, 25: 32, 33: 48, 49: 64, 65: 96, 97: 128, 129: 192,
+           200: 256, 257: 384, 385: 512, 513: 768, 1000: 1024}
+  for length, bucket in cases.items():
+    assert decode_text.xla_length(length) == bucket, length
+  lengths = range(1, 600)
+  assert len({decode_text.xla_length(n) for n in lengths}) == 13  # few compilations
+  assert all(decode_text.xla_length(n) <= max(8, 2 * n) for n in lengths)
+
+
+def test_automatic_xla_only_for_long_float32_files_of_large_models():
+  import types
+
+  def model(hidden, dtype):
+    return types.SimpleNamespace(hparams=types.SimpleNamespace(hidden_size=hidden),
+                                 dtype_policy=types.SimpleNamespace(compute_dtype=dtype))
+
+  many, few = decode_text.AUTO_XLA_MIN_LINES, decode_text.AUTO_XLA_MIN_LINES - 1
+  assert decode_text.auto_jit_compile(model(512, "float32"), many)
+  assert not decode_text.auto_jit_compile(model(512, "float32"), few)
+  assert not decode_text.auto_jit_compile(model(128, "float32"), many)
+  assert not decode_text.auto_jit_compile(model(1024, "bfloat16"), many)
+
+
+def test_xla_with_bucketed_lengths_decodes_as_without(trained):
+  model, _, encoders = _loaded(trained)
+  lines = ["the big house", "a red cat sees the old dog", "", "the dog",
+           "the old house sees a big red cat and the dog"] * 3
+  dhp = create_decode_hparams("beam_size=3,batch_size=4")
+  plain = decode_text.TextDecoder(model, encoders, dhp, jit_compile=False,
+                                  log=lambda line: None).decode_lines(lines)
+  xla = decode_text.TextDecoder(model, encoders, dhp, jit_compile=True, log=lambda line: None)
+  assert xla.decode_lines(lines) == plain
+  assert xla.decode_lines(lines[:2]) == plain[:2]  # the compiled function is kept
+  assert list(xla._decode_fns) == [True]

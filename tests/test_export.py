@@ -19,7 +19,8 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the TF-Text ops the SavedModel uses)
 
 from data_gen import file_io
-from t2t_keras import decode_text, decoding, experiment, export
+from t2t_keras import decode_text, decoding, export
+from t2t_keras.run_dir import load_trained_model
 from t2t_keras.cli import query
 from t2t_keras.hparams import create_decode_hparams
 
@@ -47,7 +48,7 @@ FORBIDDEN_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 def run(tiny_trained_run):
   """(run_dir, data_dir, export_dir, version_1_dir, model, hparams, encoders)."""
   run_dir, data_dir = tiny_trained_run
-  model, hp, problem_name, _, _ = experiment.load_trained_model(run_dir)
+  model, hp, problem_name, _, _ = load_trained_model(run_dir)
   from data_gen import registry
   problem = registry.problem(problem_name, data_dir)
   encoders = problem.feature_encoders(data_dir)

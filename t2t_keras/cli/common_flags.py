@@ -63,6 +63,8 @@ define_once("string", "checkpoint_path", None, "Checkpoint prefix (default: late
 def load_trained_run():
   """Model, hparams, problem and encoders of --output_dir for decoder and exporter.
 
+  The model computes in --mixed_precision (e.g. bfloat16 decoding).
+
   The model is rebuilt from the run's hparams.json; --hparams_set/--hparams and
   --problem, when given (e.g. by a flagfile), must agree with the run.
   """
@@ -78,6 +80,9 @@ def load_trained_run():
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
   registry.import_usr_dir(FLAGS.t2t_usr_dir)
+  from t2t_keras import training
+  # The model computes in the precision asked for (weights stay float32 either way).
+  training.set_mixed_precision(FLAGS.mixed_precision)
   try:
     model, hparams, problem_name, _, path = run_dir.load_trained_model(
         FLAGS.output_dir, FLAGS.checkpoint_path,

@@ -23,7 +23,11 @@ flags.DEFINE_string("score_file", None,
                     "Score source<TAB>target pairs from this file: print log P(target|source).")
 flags.DEFINE_bool("eval_use_test_set", False, "Decode the test split instead of dev.")
 flags.DEFINE_bool("decode_use_cache", True, "Cached incremental decoding (else recompute).")
-flags.DEFINE_bool("decode_jit_compile", False, "Compile decoding with XLA.")
+flags.DEFINE_bool("decode_jit_compile", None,
+                  "Compile decoding with XLA (true) or not (false). Unset: XLA for float32 "
+                  "decoding of a file of at least 2,000 lines by a model of hidden_size >= "
+                  "512, with input lengths padded to a few sizes; otherwise (bfloat16, small "
+                  "models, short files, --decode_interactive) no XLA.")
 
 
 def main(argv):

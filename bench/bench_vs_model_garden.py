@@ -1,0 +1,176 @@
+"""Model Garden's Transformer against ours, interleaved in one sitting, as ratios.
+
+Speed targets are ratios against TensorFlow Model Garden's Transformer measured
+on the same machine in the same sitting (absolute figures on these shared
+machines drift by 2x). Each round runs, one process after another:
+
+  training: Model Garden's anchor (graph, float32), then `bench_train.py` for
+    each of our configurations (float32 / bfloat16, graph / XLA), all on
+    transformer_base dimensions, 64 x 32 tokens a side, vocabulary 32,768;
+  decoding: Model Garden's anchor (graph, float32, its fastest mode), then
+    `bench_decode.py`'s worst case for each of our modes (beam 4, 32 x 24
+    inputs, +50, random weights: no beam finishes early).
+
+Rounds alternate A B A B, and the table gives each figure's median and range
+over the rounds with its ratio to Model Garden's median. The CPU model and its
+bfloat16 capability head the output: figures from another CPU are not
+comparable.
+
+Model Garden runs in its own virtualenv (it pins TensorFlow 2.20); set it up
+once as ../shared/anchors/README.md says:
+
+  python3 -m venv ../mg-venv && ../mg-venv/bin/pip install tf-models-official==2.20.0
+  .venv/bin/python bench/bench_vs_model_garden.py --mg_python=../mg-venv/bin/python
+  .venv/bin/python bench/bench_vs_model_garden.py --mg_python=../mg-venv/bin/python \
+      --what=decode --rounds=3 --decode_modes=float32:beam:cached:xla
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Dict, List, Optional, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
+
+DEFAULT_ANCHORS = os.path.join(os.path.dirname(REPO), "shared", "anchors")
+TRAIN_CONFIGS = ("float32:eager", "float32:xla", "bfloat16:eager", "bfloat16:xla")
+DECODE_MODES = ("float32:beam:cached:xla", "float32:beam:cached:graph",
+                "bfloat16:beam:cached:xla", "bfloat16:beam:cached:graph")
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--mg_python", required=True,
+                 help="python of the Model Garden virtualenv (tf-models-official 2.20)")
+  p.add_argument("--anchors", default=DEFAULT_ANCHORS, help="folder of the anchor scripts")
+  p.add_argument("--what", default="train,decode", help="comma list of train|decode")
+  p.add_argument("--rounds", type=int, default=2, help="interleaved rounds (A B A B)")
+  p.add_argument("--train_configs", default=",".join(TRAIN_CONFIGS),
+                 help=f"ours, among {TRAIN_CONFIGS}")
+  p.add_argument("--decode_modes", default=",".join(DECODE_MODES),
+                 help="ours, dtype:search:cache:compile, e.g. float32:beam:cached:xla")
+  p.add_argument("--train_steps", type=int, default=6, help="timed steps per process")
+  args = p.parse_args(argv)
+  if args.rounds < 1 or args.train_steps < 1:
+    raise ValueError("--rounds and --train_steps must be >= 1.")
+  args.what = [w.strip() for w in args.what.split(",") if w.strip()]
+  if not args.what or set(args.what) - {"train", "decode"}:
+    raise ValueError(f"--what must list train and/or decode, got {args.what!r}.")
+  args.train_configs = [c.strip() for c in args.train_configs.split(",") if c.strip()]
+  if set(args.train_configs) - set(TRAIN_CONFIGS):
+    raise ValueError(f"--train_configs must be among {TRAIN_CONFIGS}.")
+  args.decode_modes = [m.strip() for m in args.decode_modes.split(",") if m.strip()]
+  for mode in args.decode_modes:
+    if len(mode.split(":")) != 4 or mode.split(":")[0] not in ("float32", "bfloat16"):
+      raise ValueError(f"--decode_modes entries are dtype:search:cache:compile, got {mode!r}.")
+  for script in ("anchor_model_garden.py", "anchor_model_garden_decode.py"):
+    if not os.path.isfile(os.path.join(args.anchors, script)):
+      raise ValueError(f"--anchors={args.anchors} has no {script}.")
+  if not os.access(args.mg_python, os.X_OK):
+    raise ValueError(f"--mg_python={args.mg_python} is not an executable; see the set-up "
+                     "in this script's docstring.")
+  return args
+
+
+def _run(cmd: List[str]) -> str:
+  """Runs `cmd`, returns its stdout; a failure raises with the end of its stderr."""
+  result = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=REPO)
+  if result.returncode:
+    raise RuntimeError(f"{' '.join(cmd)} failed ({result.returncode}):\n"
+                       f"{result.stderr[-2000:]}")
+  return result.stdout
+
+
+def _field(text: str, name: str) -> float:
+  """The number after `name=` in an anchor's output line."""
+  match = re.search(rf"\b{name}=([0-9.]+)", text)
+  if not match:
+    raise RuntimeError(f"no {name}= in the anchor's output:\n{text[-1000:]}")
+  return float(match.group(1))
+
+
+def mg_train(args) -> float:
+  out = _run([args.mg_python, os.path.join(args.anchors, "anchor_model_garden.py"),
+              f"--steps={args.train_steps}"])
+  return _field(out, "tokens_per_s")
+
+
+def mg_decode(args) -> float:
+  out = _run([args.mg_python, os.path.join(args.anchors, "anchor_model_garden_decode.py")])
+  return _field(out, "sent_per_s")
+
+
+def _ours(script: str, flags: List[str]) -> List[Dict]:
+  with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "rows.json")
+    _run([sys.executable, os.path.join(REPO, "bench", script), *flags,
+          f"--result_json={path}"])
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+
+
+def ours_train(args, config: str) -> float:
+  rows = _ours("bench_train.py", [f"--configs={config}", "--repeats=1",
+                                  f"--steps={args.train_steps}"])
+  return rows[0]["tokens_s"]
+
+
+def ours_decode(mode: str) -> float:
+  dtype, rest = mode.split(":", 1)
+  rows = _ours("bench_decode.py", ["--cases=worst", f"--dtypes={dtype}", f"--modes={rest}",
+                                   "--repeats=1"])
+  return rows[0]["sentences/s"]
+
+
+def run(args) -> Dict[str, Dict[str, List[float]]]:
+  samples: Dict[str, Dict[str, List[float]]] = {"train": {}, "decode": {}}
+  for r in range(args.rounds):
+    if "train" in args.what:
+      samples["train"].setdefault("Model Garden float32 graph", []).append(mg_train(args))
+      for config in args.train_configs:
+        samples["train"].setdefault(f"ours {config.replace('eager', 'graph')}", []).append(
+            ours_train(args, config))
+    if "decode" in args.what:
+      samples["decode"].setdefault("Model Garden float32 graph", []).append(mg_decode(args))
+      for mode in args.decode_modes:
+        samples["decode"].setdefault(f"ours {mode}", []).append(ours_decode(mode))
+    print(f"round {r + 1}/{args.rounds}: " + "; ".join(
+        f"{what} {name} {values[-1]:.2f}" for what, table in samples.items()
+        for name, values in table.items()), flush=True)
+  return samples
+
+
+def print_table(samples: Dict[str, Dict[str, List[float]]], cpu: str) -> None:
+  units = {"train": "tokens/s (source + target)", "decode": "sentences/s"}
+  print(f"\nCPU: {cpu}")
+  for what, table in samples.items():
+    if not table:
+      continue
+    anchor = statistics.median(table["Model Garden float32 graph"])
+    print(f"\n{what}: {units[what]}, median (range) over rounds, ratio to Model Garden")
+    for name, values in table.items():
+      median = statistics.median(values)
+      print(f"  {name:<34} {median:9.2f} ({min(values):.2f}-{max(values):.2f})  "
+            f"{median / anchor:5.2f}x")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  cpu = cpu_info.describe()
+  print(f"CPU: {cpu}", flush=True)
+  print_table(run(args), cpu)
+
+
+if __name__ == "__main__":
+  main()
