@@ -173,8 +173,13 @@ def observe_decoding(hp: HParams, decode_hp: DecodeHParams, path=None, eos_like=
   logs, calls = [], []
   decoder = decode_text.TextDecoder(model, {"inputs": _encoder(), "targets": _encoder()},
                                     decode_hp, log=logs.append)
-  decode_fn = decoder.decode_fn
-  decoder.decode_fn = lambda x: calls.append(1) or decode_fn(x)
+  make_decode_fn = decoder.decode_fn
+
+  def counting_decode_fn(jit_compile):  # counts the batches decoded
+    fn = make_decode_fn(jit_compile)
+    return lambda x: calls.append(1) or fn(x)
+
+  decoder.decode_fn = counting_decode_fn
   with open(path, "w", encoding="utf-8") as f:
     f.write("ab c;d\nef;g h\n")
   lines = file_io.read_lines(path, decode_hp.delimiter)
