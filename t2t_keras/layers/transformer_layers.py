@@ -67,6 +67,12 @@ def _ffn(hp: HParams, dtype_policy) -> DenseReluDense:
                         hp.initializer_gain, name="ffn", dtype=dtype_policy)
 
 
+def _feed_forward(layer, x, training):
+  """The FFN sublayer of an encoder or decoder layer, with its pre/postprocess."""
+  y = layer.ffn(layer.ffn_pre(None, x, training=training), training=training)
+  return layer.ffn_post(x, y, training=training)
+
+
 class EncoderLayer(HParamsLayer):
   """One encoder layer: self-attention then FFN.
 
@@ -90,9 +96,7 @@ class EncoderLayer(HParamsLayer):
   def call(self, x, bias, training=None, return_attention_scores=False):
     y, scores = self.self_attention(self.pre(None, x, training=training), bias=bias,
                                     training=training, return_attention_scores=True)
-    x = self.post(x, y, training=training)
-    y = self.ffn(self.ffn_pre(None, x, training=training), training=training)
-    x = self.ffn_post(x, y, training=training)
+    x = _feed_forward(self, self.post(x, y, training=training), training)
     return (x, scores) if return_attention_scores else x
 
 
@@ -133,7 +137,7 @@ class DecoderLayer(HParamsLayer):
     y, encdec_scores = self.encdec_attention(
         self.encdec_pre(None, x, training=training), encoder_output, bias=encdec_bias,
         training=training, return_attention_scores=True)
-    x = self._feed_forward(self.encdec_post(x, y, training=training), training)
+    x = _feed_forward(self, self.encdec_post(x, y, training=training), training)
     return (x, (self_scores, encdec_scores)) if return_attention_scores else x
 
   def step(self, x, self_bias, encdec_bias, memory: KeyValue, buffers: KeyValue,
@@ -156,11 +160,7 @@ class DecoderLayer(HParamsLayer):
     x = self.post(x, y, training=False)
     y = self.encdec_attention.attend(self.encdec_pre(None, x, training=False), memory,
                                      encdec_bias)
-    return self._feed_forward(self.encdec_post(x, y, training=False), False), buffers
-
-  def _feed_forward(self, x, training):
-    y = self.ffn(self.ffn_pre(None, x, training=training), training=training)
-    return self.ffn_post(x, y, training=training)
+    return _feed_forward(self, self.encdec_post(x, y, training=False), False), buffers
 
 
 class _Stack(HParamsLayer):
