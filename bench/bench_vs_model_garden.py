@@ -11,6 +11,11 @@ machines drift by 2x). Each round runs, one process after another:
     `bench_decode.py`'s worst case for each of our modes (beam 4, 32 x 24
     inputs, +50, random weights: no beam finishes early).
 
+With `--before_repo` (another checkout of this project, e.g. a git worktree of
+an earlier commit, with its own `.venv`), each round also runs that checkout's
+benchmarks for the same configurations, labelled "before": a before/after
+table measured in one sitting.
+
 Rounds alternate A B A B, and the table gives each figure's median and range
 over the rounds with its ratio to Model Garden's median. The CPU model and its
 bfloat16 capability head the output: figures from another CPU are not
@@ -23,6 +28,9 @@ once as ../shared/anchors/README.md says:
   .venv/bin/python bench/bench_vs_model_garden.py --mg_python=../mg-venv/bin/python
   .venv/bin/python bench/bench_vs_model_garden.py --mg_python=../mg-venv/bin/python \
       --what=decode --rounds=3 --decode_modes=float32:beam:cached:xla
+  git worktree add ../before <commit> && make -C ../before install
+  .venv/bin/python bench/bench_vs_model_garden.py --mg_python=../mg-venv/bin/python \
+      --before_repo=../before
 """
 
 from __future__ import annotations
@@ -61,6 +69,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   p.add_argument("--decode_modes", default=",".join(DECODE_MODES),
                  help="ours, dtype:search:cache:compile, e.g. float32:beam:cached:xla")
   p.add_argument("--train_steps", type=int, default=6, help="timed steps per process")
+  p.add_argument("--before_repo", default="",
+                 help="another checkout of this project (its .venv/bin/python runs its "
+                      "bench/ scripts) timed in the same rounds, labelled 'before'")
   args = p.parse_args(argv)
   if args.rounds < 1 or args.train_steps < 1:
     raise ValueError("--rounds and --train_steps must be >= 1.")
@@ -80,12 +91,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   if not os.access(args.mg_python, os.X_OK):
     raise ValueError(f"--mg_python={args.mg_python} is not an executable; see the set-up "
                      "in this script's docstring.")
+  if args.before_repo:
+    python = os.path.join(args.before_repo, ".venv", "bin", "python")
+    if not os.access(python, os.X_OK):
+      raise ValueError(f"--before_repo={args.before_repo} has no .venv/bin/python; run "
+                       f"`make -C {args.before_repo} install` first.")
   return args
 
 
-def _run(cmd: List[str]) -> str:
+def _run(cmd: List[str], cwd: str = REPO) -> str:
   """Runs `cmd`, returns its stdout; a failure raises with the end of its stderr."""
-  result = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=REPO)
+  result = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=cwd)
   if result.returncode:
     raise RuntimeError(f"{' '.join(cmd)} failed ({result.returncode}):\n"
                        f"{result.stderr[-2000:]}")
@@ -111,26 +127,34 @@ def mg_decode(args) -> float:
   return _field(out, "sent_per_s")
 
 
-def _ours(script: str, flags: List[str]) -> List[Dict]:
+def _ours(script: str, flags: List[str], repo: str = "") -> List[Dict]:
+  """Rows of `repo`'s bench/`script` (this checkout when empty) run with its venv."""
+  repo = os.path.abspath(repo) if repo else REPO
+  python = sys.executable if repo == REPO else os.path.join(repo, ".venv", "bin", "python")
   with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "rows.json")
-    _run([sys.executable, os.path.join(REPO, "bench", script), *flags,
-          f"--result_json={path}"])
+    _run([python, os.path.join(repo, "bench", script), *flags,
+          f"--result_json={path}"], cwd=repo)
     with open(path, encoding="utf-8") as f:
       return json.load(f)
 
 
-def ours_train(args, config: str) -> float:
+def ours_train(args, config: str, repo: str = "") -> float:
   rows = _ours("bench_train.py", [f"--configs={config}", "--repeats=1",
-                                  f"--steps={args.train_steps}"])
+                                  f"--steps={args.train_steps}"], repo)
   return rows[0]["tokens_s"]
 
 
-def ours_decode(mode: str) -> float:
+def ours_decode(mode: str, repo: str = "") -> float:
   dtype, rest = mode.split(":", 1)
   rows = _ours("bench_decode.py", ["--cases=worst", f"--dtypes={dtype}", f"--modes={rest}",
-                                   "--repeats=1"])
+                                   "--repeats=1"], repo)
   return rows[0]["sentences/s"]
+
+
+def _checkouts(args):
+  """(label prefix, repo) of each checkout timed: 'before' first when given."""
+  return ([("before", args.before_repo)] if args.before_repo else []) + [("ours", "")]
 
 
 def run(args) -> Dict[str, Dict[str, List[float]]]:
@@ -138,13 +162,15 @@ def run(args) -> Dict[str, Dict[str, List[float]]]:
   for r in range(args.rounds):
     if "train" in args.what:
       samples["train"].setdefault("Model Garden float32 graph", []).append(mg_train(args))
-      for config in args.train_configs:
-        samples["train"].setdefault(f"ours {config.replace('eager', 'graph')}", []).append(
-            ours_train(args, config))
+      for label, repo in _checkouts(args):
+        for config in args.train_configs:
+          samples["train"].setdefault(f"{label} {config.replace('eager', 'graph')}",
+                                      []).append(ours_train(args, config, repo))
     if "decode" in args.what:
       samples["decode"].setdefault("Model Garden float32 graph", []).append(mg_decode(args))
-      for mode in args.decode_modes:
-        samples["decode"].setdefault(f"ours {mode}", []).append(ours_decode(mode))
+      for label, repo in _checkouts(args):
+        for mode in args.decode_modes:
+          samples["decode"].setdefault(f"{label} {mode}", []).append(ours_decode(mode, repo))
     print(f"round {r + 1}/{args.rounds}: " + "; ".join(
         f"{what} {name} {values[-1]:.2f}" for what, table in samples.items()
         for name, values in table.items()), flush=True)

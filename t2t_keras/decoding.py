@@ -36,6 +36,31 @@ def _input_lengths(inputs: tf.Tensor) -> tf.Tensor:
   return tf.reduce_sum(tf.cast(tf.not_equal(inputs, PAD_ID), tf.int32), axis=1)
 
 
+def inference_model(model: Transformer) -> Transformer:
+  """The model that decoding runs: `model`, or its twin with weights stored in bfloat16.
+
+  A "mixed_bfloat16" model keeps float32 weights and casts each to bfloat16 at
+  every use: in a decoding loop every step re-casts every weight (the 32k x 512
+  embedding too), which cost more thread time than the matmuls on a 2-core
+  Sapphire Rapids. The twin ("bfloat16" policy) holds the same weights cast
+  once and layer norms keep their float32 scale and offset as in mixed
+  precision, so run op by op it gives the mixed model's logits bit for bit; in a
+  graph the mixed model's casts are fused into its kernels and the two agree
+  to bfloat16 rounding. Other models are returned as they are.
+  """
+  if model.dtype_policy.name != "mixed_bfloat16":
+    return model
+  twin = Transformer.from_config({**model.get_config(), "dtype": "bfloat16"})
+  twin.build()
+  if [v.path for v in twin.weights] != [v.path for v in model.weights]:
+    raise ValueError("the bfloat16 twin's variables differ from the model's: "
+                     f"{[v.path for v in twin.weights][:5]}... vs "
+                     f"{[v.path for v in model.weights][:5]}...")
+  for source, target in zip(model.weights, twin.weights):
+    target.assign(tf.cast(source.value, target.dtype))
+  return twin
+
+
 def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True) -> Callable:
   """The `symbols_to_logits_fn(ids, i, state)` of the decoding loops for `model`.
 
@@ -128,8 +153,9 @@ def make_decode_fn(model: Transformer, decode_hp: DecodeHParams, use_cache: bool
 
   With jit_compile the function is traced per input shape (decode_length is then
   static, as XLA needs); callers pad lengths to a few buckets to bound retracing.
+  A mixed-bfloat16 model decodes through its `inference_model` twin.
   """
-  fn = functools.partial(decode_ids, model, decode_hp=decode_hp, use_cache=use_cache)
+  fn = functools.partial(decode_ids, inference_model(model), decode_hp=decode_hp, use_cache=use_cache)
   if jit_compile:
     return tf.function(fn, jit_compile=True)
   return tf.function(fn, input_signature=[tf.TensorSpec([None, None], tf.int32)])

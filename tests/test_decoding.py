@@ -1,6 +1,7 @@
 """Decoding: equals T2T's decode of each sentence alone (NumPy port), cached == uncached,
 batch == alone, XLA == default, n-best scores, CLI."""
 
+import collections
 import functools
 import os
 import subprocess
@@ -378,3 +379,88 @@ def test_xla_with_bucketed_lengths_decodes_as_without(trained):
   assert xla.decode_lines(lines) == plain
   assert xla.decode_lines(lines[:2]) == plain[:2]  # the compiled function is kept
   assert list(xla._decode_fns) == [True]
+
+
+def _op_types(concrete) -> collections.Counter:
+  """(op type, dtype attr T) counts of a traced function and of every function it
+  calls (loop bodies)."""
+  graph_def = concrete.graph.as_graph_def()
+  nodes = list(graph_def.node)
+  for function in graph_def.library.function:
+    nodes.extend(function.node_def)
+  def dtype(node):
+    code = node.attr["T"].type if "T" in node.attr else 0  # 0: no single-type T
+    return tf.dtypes.as_dtype(code).name if code else ""
+
+  return collections.Counter((node.op, dtype(node)) for node in nodes)
+
+
+def test_graph_decoding_writes_buffers_in_place_xla_by_scatter():
+  """Without XLA the graph runtime would copy each whole key/value buffer at every
+  step to scatter into it: the graph path writes in place (one write per key and
+  value buffer of each decoder layer), XLA by its own scatter."""
+  model, hp = _random_model()
+  x = tf.constant(_inputs(np.random.default_rng(4), 30, [6, 4]))
+  dhp = create_decode_hparams("beam_size=3,extra_length=5")
+  graph = _op_types(decoding.make_decode_fn(model, dhp).get_concrete_function(x))
+  assert graph[("InplaceUpdate", "float32")] == 2 * hp.num_hidden_layers
+  assert graph[("Empty", "")] == 2 * hp.num_hidden_layers
+  assert not graph[("TensorScatterUpdate", "float32")]
+  xla = _op_types(decoding.make_decode_fn(model, dhp, jit_compile=True)
+                  .get_concrete_function(x))
+  assert xla[("TensorScatterUpdate", "float32")] == 2 * hp.num_hidden_layers
+  assert not xla[("InplaceUpdate", "float32")]
+
+
+def test_concurrent_decodes_do_not_share_buffers():
+  """Each call writes into buffers of its own (as a server's concurrent requests do):
+  two threads decoding different batches at once give each batch's serial output."""
+  import threading
+  model, _ = _random_model()
+  rng = np.random.default_rng(8)
+  batches = [tf.constant(_inputs(rng, 30, [7, 5, 6])), tf.constant(_inputs(rng, 30, [7, 3, 7]))]
+  fn = decoding.make_decode_fn(model, create_decode_hparams("beam_size=3,extra_length=6"))
+  serial = [fn(b)[0].numpy() for b in batches]
+  for _ in range(3):
+    results = [None, None]
+
+    def run(k):
+      results[k] = [fn(batches[k])[0].numpy() for _ in range(4)]
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in threads:
+      t.start()
+    for t in threads:
+      t.join()
+    for k in range(2):
+      for ids in results[k]:
+        np.testing.assert_array_equal(ids, serial[k])
+
+
+def test_bfloat16_weights_cast_once_decode_bit_identical_to_mixed_precision():
+  """Decoding a mixed-bfloat16 model runs a twin whose weights are stored in bfloat16
+  (cast once, not at every step): the same logits bit for bit when run op by op, and
+  the same search. In a graph, TensorFlow's optimizer fuses the mixed model's per-use
+  casts into its kernels, so scores agree to bfloat16 rounding only."""
+  import keras
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    model, _ = _random_model()
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  twin = decoding.inference_model(model)
+  assert twin is not model
+  for v in twin.weights:  # layer norms keep float32 scale and offset, as mixed precision
+    want = "float32" if "layer_norm" in v.path else "bfloat16"
+    assert v.dtype == want, v.path
+  rng = np.random.default_rng(9)
+  x = _inputs(rng, 30, [6, 4, 5])
+  feats = {"inputs": x, "targets": _inputs(rng, 30, [5, 5, 3])}
+  np.testing.assert_array_equal(twin(feats).numpy(), model(feats).numpy())
+  dhp = create_decode_hparams("beam_size=3,extra_length=5")
+  mixed = tf.function(functools.partial(decoding.decode_ids, model, decode_hp=dhp))(x)
+  ours = decoding.make_decode_fn(model, dhp)(tf.constant(x))
+  np.testing.assert_array_equal(ours[0].numpy(), mixed[0].numpy())
+  np.testing.assert_allclose(ours[1].numpy(), mixed[1].numpy(), rtol=0.02)
+  float_model, _ = _random_model()
+  assert decoding.inference_model(float_model) is float_model

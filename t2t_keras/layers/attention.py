@@ -13,7 +13,7 @@ from typing import Tuple
 import keras
 import tensorflow as tf
 
-from t2t_keras.decoding_state import KeyValue
+from t2t_keras.decoding_state import KeyValue, in_xla_context, write_rows
 from t2t_keras.layers.initializers import get_variable_initializer
 
 
@@ -61,28 +61,31 @@ def write_position(buffer: tf.Tensor, step: tf.Tensor, index) -> tf.Tensor:
   """Writes one step into a fixed-size key or value buffer.
 
   Args:
-    buffer: `[items, heads, max_length * group, depth]`: `group` consecutive
-      rows of `step` (the beams of an item in beam search, else 1) share an
-      item's buffer, position-major: step `index` writes positions
+    buffer: `[items, heads, max_length * group, depth]` (from
+      `decoding_state.new_buffer`): `group` consecutive rows of `step` (the
+      beams of an item in beam search, else 1) share an item's buffer,
+      position-major: step `index` writes positions
       `index * group ... index * group + group - 1`.
     step: `[items * group, heads, 1, depth]`; row `item * group + g` is written
       at position `index * group + g` of its item.
     index: scalar int32.
   Returns:
     The updated buffer (same shape, so the decoding loop stays shape-stable for
-    XLA). A scatter touches only the written positions; blending with a one-hot
-    mask would read and write the whole buffer every step.
+    XLA). Only the written positions are touched (`decoding_state.write_rows`):
+    without XLA in place, as XLA does by itself.
   """
   shape = tf.shape(buffer)
-  heads = shape[1]
+  heads, length = shape[1], shape[2]
   group = tf.shape(step)[0] // shape[0]
   entries = tf.shape(step)[0] * heads
   entry = tf.range(entries)
   row, head = entry // heads, entry % heads
   position = tf.cast(index, tf.int32) * group + row % group
-  indices = tf.stack([row // group, head, position], axis=1)
+  # Row of [items * heads * length, depth] that (item, head, position) is.
+  flat_rows = ((row // group) * heads + head) * length + position
   updates = tf.reshape(tf.cast(step, buffer.dtype), [entries, -1])
-  return tf.tensor_scatter_nd_update(buffer, indices, updates)
+  flat = write_rows(tf.reshape(buffer, [-1, shape[3]]), flat_rows, updates)
+  return tf.reshape(flat, shape)
 
 
 def _group_rows(x: tf.Tensor, group) -> tf.Tensor:
@@ -235,7 +238,15 @@ class MultiHeadAttention(keras.layers.Layer):
     step = self.compute_memory_kv(query_antecedent)
     buffers = KeyValue(write_position(buffers.k, step.k, index),
                        write_position(buffers.v, step.v, index))
-    return self.attend(query_antecedent, buffers, bias), buffers
+    visible = buffers
+    if not in_xla_context():
+      # Positions past this step are masked: read only the written prefix
+      # (XLA needs the fixed shape; the graph runtime does not).
+      group = tf.shape(query_antecedent)[0] // tf.shape(buffers.k)[0]
+      written = (tf.cast(index, tf.int32) + 1) * group
+      visible = KeyValue(buffers.k[:, :, :written], buffers.v[:, :, :written])
+      bias = bias[..., :written]
+    return self.attend(query_antecedent, visible, bias), buffers
 
   def compute_output_shape(self, query_antecedent_shape, memory_antecedent_shape=None):
     return tuple(query_antecedent_shape[:-1]) + (self.output_depth,)
