@@ -28,6 +28,11 @@ from typing import Callable, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# The commands' CPU set-up (oneDNN on), before TensorFlow loads: time what they run.
+from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
+
+PROCESS_SETUP = cpu_setup.configure_process()
+
 import keras  # noqa: E402  pylint: disable=g-import-not-at-top
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -208,6 +213,7 @@ def main(argv: List[str]) -> None:
   args = parse_args(argv)
   keras.utils.set_random_seed(0)
   print(cpu_info.describe())
+  print(f"process set-up (t2t_keras.cpu_setup): {PROCESS_SETUP}")
   rows = run(args)
   print_table(args, rows)
   if args.result_json:

@@ -16,6 +16,11 @@ an earlier commit, with its own `.venv`), each round also runs that checkout's
 benchmarks for the same configurations, labelled "before": a before/after
 table measured in one sitting.
 
+Our commands turn TensorFlow's oneDNN kernels on (t2t_keras.cpu_setup), which
+TensorFlow itself leaves off on AVX2-only CPUs; Model Garden is timed as
+TensorFlow configures it and, with `--mg_onednn=1` (default), also with oneDNN
+forced on, and both ratios are printed.
+
 Rounds alternate A B A B, and the table gives each figure's median and range
 over the rounds with its ratio to Model Garden's median. The CPU model and its
 bfloat16 capability head the output: figures from another CPU are not
@@ -55,6 +60,8 @@ TRAIN_CONFIGS = ("float32:eager", "float32:xla", "bfloat16:eager", "bfloat16:xla
 DECODE_MODES = ("float32:beam:cached:xla", "float32:beam:cached:graph",
                 "bfloat16:beam:cached:xla", "bfloat16:beam:cached:graph")
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+MG = "Model Garden float32 graph"
+MG_ONEDNN = "Model Garden float32 graph, oneDNN on"
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -69,6 +76,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   p.add_argument("--decode_modes", default=",".join(DECODE_MODES),
                  help="ours, dtype:search:cache:compile, e.g. float32:beam:cached:xla")
   p.add_argument("--train_steps", type=int, default=6, help="timed steps per process")
+  p.add_argument("--mg_onednn", type=int, default=1,
+                 help="1: also time Model Garden with TF_ENABLE_ONEDNN_OPTS=1 (our commands "
+                      "turn oneDNN on; TensorFlow leaves it off on AVX2-only CPUs)")
   p.add_argument("--before_repo", default="",
                  help="another checkout of this project (its .venv/bin/python runs its "
                       "bench/ scripts) timed in the same rounds, labelled 'before'")
@@ -99,9 +109,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   return args
 
 
-def _run(cmd: List[str], cwd: str = REPO) -> str:
+def _run(cmd: List[str], cwd: str = REPO, env: Optional[Dict[str, str]] = None) -> str:
   """Runs `cmd`, returns its stdout; a failure raises with the end of its stderr."""
-  result = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=cwd)
+  result = subprocess.run(cmd, capture_output=True, text=True, env=env or ENV, cwd=cwd)
   if result.returncode:
     raise RuntimeError(f"{' '.join(cmd)} failed ({result.returncode}):\n"
                        f"{result.stderr[-2000:]}")
@@ -116,14 +126,23 @@ def _field(text: str, name: str) -> float:
   return float(match.group(1))
 
 
-def mg_train(args) -> float:
+def _mg_env(onednn: bool) -> Dict[str, str]:
+  """Model Garden's environment: TensorFlow's own oneDNN choice, or oneDNN forced on."""
+  env = {k: v for k, v in ENV.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+  if onednn:
+    env["TF_ENABLE_ONEDNN_OPTS"] = "1"
+  return env
+
+
+def mg_train(args, onednn: bool = False) -> float:
   out = _run([args.mg_python, os.path.join(args.anchors, "anchor_model_garden.py"),
-              f"--steps={args.train_steps}"])
+              f"--steps={args.train_steps}"], env=_mg_env(onednn))
   return _field(out, "tokens_per_s")
 
 
-def mg_decode(args) -> float:
-  out = _run([args.mg_python, os.path.join(args.anchors, "anchor_model_garden_decode.py")])
+def mg_decode(args, onednn: bool = False) -> float:
+  out = _run([args.mg_python, os.path.join(args.anchors, "anchor_model_garden_decode.py")],
+             env=_mg_env(onednn))
   return _field(out, "sent_per_s")
 
 
@@ -161,13 +180,17 @@ def run(args) -> Dict[str, Dict[str, List[float]]]:
   samples: Dict[str, Dict[str, List[float]]] = {"train": {}, "decode": {}}
   for r in range(args.rounds):
     if "train" in args.what:
-      samples["train"].setdefault("Model Garden float32 graph", []).append(mg_train(args))
+      samples["train"].setdefault(MG, []).append(mg_train(args))
+      if args.mg_onednn:
+        samples["train"].setdefault(MG_ONEDNN, []).append(mg_train(args, onednn=True))
       for label, repo in _checkouts(args):
         for config in args.train_configs:
           samples["train"].setdefault(f"{label} {config.replace('eager', 'graph')}",
                                       []).append(ours_train(args, config, repo))
     if "decode" in args.what:
-      samples["decode"].setdefault("Model Garden float32 graph", []).append(mg_decode(args))
+      samples["decode"].setdefault(MG, []).append(mg_decode(args))
+      if args.mg_onednn:
+        samples["decode"].setdefault(MG_ONEDNN, []).append(mg_decode(args, onednn=True))
       for label, repo in _checkouts(args):
         for mode in args.decode_modes:
           samples["decode"].setdefault(f"{label} {mode}", []).append(ours_decode(mode, repo))
@@ -183,12 +206,15 @@ def print_table(samples: Dict[str, Dict[str, List[float]]], cpu: str) -> None:
   for what, table in samples.items():
     if not table:
       continue
-    anchor = statistics.median(table["Model Garden float32 graph"])
-    print(f"\n{what}: {units[what]}, median (range) over rounds, ratio to Model Garden")
+    anchor = statistics.median(table[MG])
+    forced = statistics.median(table[MG_ONEDNN]) if MG_ONEDNN in table else None
+    print(f"\n{what}: {units[what]}, median (range) over rounds, ratio to Model Garden "
+          "as TensorFlow configures it" + (" | to Model Garden with oneDNN forced on"
+                                           if forced else ""))
     for name, values in table.items():
       median = statistics.median(values)
-      print(f"  {name:<34} {median:9.2f} ({min(values):.2f}-{max(values):.2f})  "
-            f"{median / anchor:5.2f}x")
+      print(f"  {name:<40} {median:9.2f} ({min(values):.2f}-{max(values):.2f})  "
+            f"{median / anchor:5.2f}x" + (f" | {median / forced:5.2f}x" if forced else ""))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

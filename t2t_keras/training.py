@@ -129,16 +129,27 @@ class Trainer:
 
   # -- Train step --------------------------------------------------------------
 
-  def _replica_grads(self, batch):
-    """Gradients of the summed token loss of one micro-batch on one replica."""
+  def _replica_den(self, *batches):
+    """Non-PAD target tokens of the step's micro-batches over all replicas (>= 1).
+
+    Known from the batches alone, before any forward pass: each replica can
+    differentiate the step's loss, sum / den, directly (T2T's loss), so its
+    gradients need no rescaling pass afterwards.
+    """
+    den = tf.add_n([tf.reduce_sum(tf.cast(b["targets"] != 0, tf.float32)) for b in batches])
+    den = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, den)
+    return tf.maximum(den, 1.0)
+
+  def _replica_grads(self, batch, den):
+    """Gradients of one micro-batch's summed token loss / `den` on one replica."""
     variables = self.model.trainable_variables
     with tf.GradientTape() as tape:
       logits = self.model(batch, training=True)
-      num, den = losses.padded_cross_entropy(logits, batch["targets"],
-                                             self.hparams.label_smoothing)
-      scaled = num
+      num, _ = losses.padded_cross_entropy(logits, batch["targets"],
+                                           self.hparams.label_smoothing)
+      scaled = num / den
       if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
-        scaled = self.optimizer.scale_loss(num)
+        scaled = self.optimizer.scale_loss(scaled)
     grads = tape.gradient(scaled, variables)
     tokens = (tf.reduce_sum(tf.cast(batch["inputs"] != 0, tf.float32)) +
               tf.reduce_sum(tf.cast(batch["targets"] != 0, tf.float32)))
@@ -147,19 +158,17 @@ class Trainer:
     flops = flops_lib.training_flops(self.hparams, self.spec.target_vocab_size,
                                      shape(batch["inputs"], 0), shape(batch["inputs"], 1),
                                      shape(batch["targets"], 1))
-    return [tf.convert_to_tensor(g) for g in grads], num, den, tf.stack([tokens, flops])
+    return [tf.convert_to_tensor(g) for g in grads], num, tf.stack([tokens, flops])
 
   def _replica_apply(self, grads, num, den):
-    """All-reduce, normalize by the global token count, apply (replica context).
+    """All-reduce the (already normalized) gradients and apply (replica context).
 
     The optimizer clips by the global norm (`clip_grad_norm`), after the weight
     decay term is added, as T2T's optimize_loss; the norm returned is before clipping.
     """
     ctx = tf.distribute.get_replica_context()
     grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-    num, den = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [num, den])
-    den = tf.maximum(den, 1.0)
-    grads = [g / tf.cast(den, g.dtype) for g in grads]
+    num = ctx.all_reduce(tf.distribute.ReduceOp.SUM, num)
     hp = self.hparams
     variables = self.model.trainable_variables
     scale = self._loss_scale()
@@ -188,17 +197,18 @@ class Trainer:
         replica_apply = tf.function(replica_apply, jit_compile=True)
 
     def step_fn(iterator):
-      acc_grads = acc_num = acc_den = acc_tokens = None
-      for k in range(self.accumulate_steps):  # unrolled: accumulation is exact sums
-        grads, num, den, tokens = strategy.run(replica_grads, args=(next(iterator),))
+      batches = [next(iterator) for _ in range(self.accumulate_steps)]
+      den = strategy.run(self._replica_den, args=tuple(batches))
+      acc_grads = acc_num = acc_tokens = None
+      for k, batch in enumerate(batches):  # unrolled: accumulation is exact sums
+        grads, num, tokens = strategy.run(replica_grads, args=(batch, den))
         if k == 0:
-          acc_grads, acc_num, acc_den, acc_tokens = grads, num, den, tokens
+          acc_grads, acc_num, acc_tokens = grads, num, tokens
         else:
-          acc_grads, acc_num, acc_den, acc_tokens = strategy.run(
-              lambda a, b, c, d, e, f, g, h: ([x + y for x, y in zip(a, b)], c + d, e + f,
-                                              g + h),
-              args=(acc_grads, grads, acc_num, num, acc_den, den, acc_tokens, tokens))
-      loss, grad_norm = strategy.run(replica_apply, args=(acc_grads, acc_num, acc_den))
+          acc_grads, acc_num, acc_tokens = strategy.run(
+              lambda a, b, c, d, e, f: ([x + y for x, y in zip(a, b)], c + d, e + f),
+              args=(acc_grads, grads, acc_num, num, acc_tokens, tokens))
+      loss, grad_norm = strategy.run(replica_apply, args=(acc_grads, acc_num, den))
       loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
       grad_norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, grad_norm, axis=None)
       counts = strategy.reduce(tf.distribute.ReduceOp.SUM, acc_tokens, axis=None)

@@ -136,7 +136,8 @@ def observe_training(hp: HParams, _decode_hp=None):
   trainer = Trainer(hp, ModelSpec(VOCAB, VOCAB, 3), strategy, train_steps=100)
   rng = np.random.default_rng(0)
   batch = {k: tf.constant(rng.integers(2, VOCAB, (3, 6))) for k in ("inputs", "targets")}
-  grads, num, den, _ = strategy.run(trainer._replica_grads, args=(batch,))
+  den = strategy.run(trainer._replica_den, args=(batch,))
+  grads, num, _ = strategy.run(trainer._replica_grads, args=(batch, den))
   strategy.run(trainer._replica_apply, args=(grads, num, den))
   opt = trainer.optimizer
   return ([v.numpy() for v in trainer.model.weights],

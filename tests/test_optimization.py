@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from t2t_keras.hparams import create_hparams
-from t2t_keras.optimization import T2TLearningRateSchedule, create_optimizer
+from t2t_keras.optimization import FusedAdam, T2TLearningRateSchedule, create_optimizer
 
 
 def test_paper_schedule_at_4000_for_d512():
@@ -164,4 +164,42 @@ def test_trainer_optimizer_shares_the_schedule_and_skips_the_replica_sum():
   assert isinstance(opt, ReducedAdam) and opt.global_clipnorm == 2.0
   opt.iterations.assign(7)
   assert float(opt.learning_rate) == pytest.approx(float(schedule(7)))
-  assert type(create_optimizer(hp)) is keras.optimizers.Adam  # Keras sums over replicas
+  assert type(create_optimizer(hp)) is FusedAdam  # Keras sums over replicas
+
+
+def _t2t_adam_numpy(w, grads, lr, beta1, beta2, eps):
+  """tf.train.AdamOptimizer's update (T2T's), step t = 1, 2, ..., in float64."""
+  w = w.astype(np.float64)
+  m = np.zeros_like(w)
+  v = np.zeros_like(w)
+  for t, g in enumerate(grads, start=1):
+    lr_t = lr * math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    w = w - lr_t * m / (np.sqrt(v) + eps)
+  return w
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
+def test_fused_adam_is_t2t_adam_in_place(compiled):
+  """FusedAdam = T2T's Adam (NumPy port); it runs one ResourceApplyAdam per variable."""
+  import tensorflow as tf
+  rng = np.random.default_rng(0)
+  shapes = [(5, 7), (3,)]
+  start = [rng.normal(size=s).astype(np.float32) for s in shapes]
+  grads = [[rng.normal(size=s).astype(np.float32) for s in shapes] for _ in range(4)]
+  variables = [keras.Variable(w) for w in start]
+  opt = FusedAdam(learning_rate=0.01, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+  opt.build(variables)
+  step = lambda g: opt.apply_gradients(zip(g, variables))
+  if compiled:
+    step = tf.function(step)
+    ops = step.get_concrete_function(
+        [tf.TensorSpec(s, tf.float32) for s in shapes]).graph.get_operations()
+    assert [op.type for op in ops].count("ResourceApplyAdam") == len(shapes)
+  for g in grads:
+    step([tf.constant(x) for x in g])
+  for i, w in enumerate(start):
+    want = _t2t_adam_numpy(w, [g[i] for g in grads], 0.01, 0.9, 0.98, 1e-9)
+    assert np.abs(want - start[i]).max() > 0.02  # the update is far above rounding
+    np.testing.assert_allclose(variables[i].numpy(), want, rtol=0, atol=1e-6)
