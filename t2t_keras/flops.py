@@ -37,11 +37,13 @@ def decode_flops(hp: HParams, target_vocab_size: int, batch: int, input_length: 
                  steps: int, beam_size: int = 1) -> float:
   """Matmul FLOPs of one cached decode of `[batch, input_length]` inputs.
 
-  As run by `decoding.decode_ids`: the encoder once; encoder-decoder keys and
-  values once per item; then `steps` steps over `batch * beam_size` rows, each
-  attending to the input and to its item's whole fixed-size self-attention
-  buffer of `steps * beam_size` positions (the beams of an item share it;
-  positions of other beams and unwritten ones are masked, not skipped).
+  As run by `decoding.decode_ids` under XLA: the encoder once; encoder-decoder
+  keys and values once per item; then `steps` steps over `batch * beam_size`
+  rows, each attending to the input and to its item's whole fixed-size
+  self-attention buffer of `steps * beam_size` positions (the beams of an item
+  share it; positions of other beams and unwritten ones are masked, not
+  skipped). Without XLA each step reads only the buffer's written prefix, so
+  the graph path does fewer self-attention FLOPs than counted here.
   """
   d, f, kc, vc = hp.hidden_size, hp.filter_size, hp.key_channels, hp.value_channels
   src, rows = batch * input_length, batch * beam_size

@@ -121,8 +121,10 @@ def test_decode_flops_equal_graph_matmuls_of_encode_and_steps():
   state = prepare(inputs)
   state = state.replace(per_beam=tf.repeat(state.per_beam, beam, axis=0))
   ids = tf.zeros([BATCH * beam], tf.int32)
-  step_graph = tf.function(lambda ids, s: model.decode_step(ids, tf.constant(2), s)
-                           ).get_concrete_function(ids, state).graph
+  # Traced for XLA, which attends to the whole buffer (the graph path reads only
+  # the written prefix, of a length known only when it runs).
+  step_graph = tf.function(lambda ids, s: model.decode_step(ids, tf.constant(2), s),
+                           jit_compile=True).get_concrete_function(ids, state).graph
   per_step = _graph_matmul_flops(step_graph)
   assert once > 0 and per_step > 0
   got = flops.decode_flops(hp, VOCAB, BATCH, INPUT_LENGTH, steps, beam)

@@ -47,7 +47,9 @@ define_once("enum", "distribution_strategy", None,
         enum_values=["one_device", "mirrored", "multi_worker_mirrored"])
 define_once("enum", "mixed_precision", "none", "Mixed precision (float16 uses loss scaling).",
         enum_values=["none", "bfloat16", "float16"])
-define_once("bool", "jit_compile", False, "Compile the train step with XLA.")
+define_once("bool", "jit_compile", False,
+            "Compile the train step with XLA. Off by default: on every CPU measured (README, "
+            "Benchmarks) XLA's train step was slower than the default graph with oneDNN.")
 # Decoding (the trainer uses them for BLEU in evaluation).
 define_once("string", "decode_hparams", "", "e.g. 'beam_size=4,alpha=0.6,extra_length=50'.")
 define_once("string", "decode_from_file", None, "Source sentences, one per line.")
