@@ -31,7 +31,8 @@ def smoothing_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
   label_smoothing / (vocab - 1), as in T2T. Computed in closed form, never
   building the `[batch, length, vocab]` soft targets: with targets t summing to 1,
   -sum(t * log_softmax(z)) = logsumexp(z) - conf * z_gold - low * (sum(z) - z_gold).
-  The gradient, softmax(z) - t, is written by hand for the same reason.
+  The gradient, softmax(z) - t, is written by hand for the same reason, and
+  comes back in the logits' dtype.
 
   Args:
     logits: `[batch, length, vocab]` (any float dtype; computed in float32).
@@ -39,7 +40,6 @@ def smoothing_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
   Returns:
     float32 `[batch, length]`.
   """
-  logits = tf.cast(logits, tf.float32)
   vocab_size = logits.shape[-1]
   confidence = 1.0 - label_smoothing
   low = (1.0 - confidence) / (vocab_size - 1)
@@ -47,27 +47,47 @@ def smoothing_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
   return xent - smoothing_normalizer(vocab_size, label_smoothing)
 
 
+def _xent_forward(z: tf.Tensor, labels: tf.Tensor, confidence: float,
+                  low: float) -> Tuple[tf.Tensor, tf.Tensor]:
+  """`[tokens, vocab]` logits -> (smoothed cross-entropy `[tokens]`, logsumexp `[tokens]`)."""
+  z = tf.cast(z, tf.float32)
+  lse = tf.reduce_logsumexp(z, axis=-1)
+  gold = tf.gather(z, labels, batch_dims=1)
+  return lse - confidence * gold - low * (tf.reduce_sum(z, axis=-1) - gold), lse
+
+
+def _xent_backward(z: tf.Tensor, lse: tf.Tensor, labels: tf.Tensor, dy: tf.Tensor,
+                   confidence: float, low: float) -> tf.Tensor:
+  """d xent / d z = (softmax(z) - t) * dy, t = low everywhere, confidence at gold; z's dtype."""
+  p = tf.exp(tf.cast(z, tf.float32) - lse[:, None])
+  gold = tf.equal(tf.range(tf.shape(z)[1])[None, :], labels[:, None])
+  g = (p - tf.where(gold, confidence, low)) * dy[:, None]
+  return tf.cast(g, z.dtype)
+
+
+# XLA generates code for the host CPU and fuses each pass over the
+# `[tokens, vocab]` logits (cast, max, exp, sums, one-hot, scaling) into one;
+# TensorFlow's SparseSoftmaxCrossEntropyWithLogits kernel, built for a baseline
+# x86 ISA, took 9% of a mixed-bfloat16 transformer_base train step on a 2-core
+# Sapphire Rapids. Compiled once per shape; inlined when the step itself runs
+# under XLA.
+_xent_forward_xla = tf.function(_xent_forward, jit_compile=True)
+_xent_backward_xla = tf.function(_xent_backward, jit_compile=True)
+
+
 def _smoothed_xent(logits: tf.Tensor, labels: tf.Tensor, confidence: float,
                    low: float) -> tf.Tensor:
-  """Closed-form smoothed cross-entropy, `[..., vocab]` float32 -> `[...]`."""
+  """Closed-form smoothed cross-entropy, `[..., vocab]` (any float dtype) -> float32 `[...]`."""
   vocab_size = logits.shape[-1]
   out_shape = tf.shape(labels)
   labels = tf.reshape(labels, [-1])
-  # [tokens, 2] (row, gold id): where the gold entries sit in the flat `[tokens, vocab]`.
-  gold_index = tf.stack([tf.range(tf.size(labels)), labels], axis=1)
 
   @tf.custom_gradient
   def xent(z):
-    # One fused kernel gives logsumexp(z) - z_gold and softmax(z) - onehot(gold).
-    sparse, sparse_grad = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(
-        features=z, labels=labels)
-    gold = tf.gather_nd(z, gold_index)
-    value = sparse + (1.0 - confidence) * gold - low * (tf.reduce_sum(z, axis=-1) - gold)
+    value, lse = _xent_forward_xla(z, labels, confidence, low)
 
     def grad(dy):
-      # d/dz = softmax(z) - t, t = low everywhere plus (confidence - low) at gold.
-      g = (sparse_grad - low) * dy[:, None]
-      return tf.tensor_scatter_nd_add(g, gold_index, (1.0 - confidence + low) * dy)
+      return _xent_backward_xla(z, lse, labels, dy, confidence, low)
 
     return value, grad
 

@@ -21,6 +21,7 @@ from t2t_keras.decoding_state import DecodingState, Memory
 from t2t_keras.hparams import HParams
 from t2t_keras.layers.attention import (attention_bias_ignore_padding,
                                         attention_bias_lower_triangle, attention_bias_visible)
+from t2t_keras.layers.dropout import Dropout
 from t2t_keras.layers.embedding import PositionEmbedding, SymbolModality
 from t2t_keras.layers.initializers import get_variable_initializer
 from t2t_keras.layers.transformer_layers import TransformerDecoder, TransformerEncoder
@@ -102,10 +103,8 @@ class Transformer(keras.Model):
     self.targets_position = position("targets_positional_embedding")
     self.encoder = TransformerEncoder(hp, name="encoder", dtype=self.dtype_policy)
     self.decoder = TransformerDecoder(hp, name="decoder", dtype=self.dtype_policy)
-    self.input_dropout = keras.layers.Dropout(hp.layer_prepostprocess_dropout,
-                                              dtype=self.dtype_policy)
-    self.target_dropout = keras.layers.Dropout(hp.layer_prepostprocess_dropout,
-                                               dtype=self.dtype_policy)
+    self.input_dropout = Dropout(hp.layer_prepostprocess_dropout, dtype=self.dtype_policy)
+    self.target_dropout = Dropout(hp.layer_prepostprocess_dropout, dtype=self.dtype_policy)
 
   def build(self, input_shape=None):
     shape = (None, None, self.hparams.hidden_size)

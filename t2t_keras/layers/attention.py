@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from t2t_keras.decoding_state import KeyValue, in_xla_context, write_rows
+from t2t_keras.layers.dropout import Dropout
 from t2t_keras.layers.initializers import get_variable_initializer
 
 
@@ -167,7 +168,7 @@ class MultiHeadAttention(keras.layers.Layer):
     self.k.build(memory_shape)
     self.v.build(memory_shape)
     self.output_transform.build(tuple(query_shape[:-1]) + (self.value_channels,))
-    self.dropout = keras.layers.Dropout(self.attention_dropout, dtype=self.dtype_policy)
+    self.dropout = Dropout(self.attention_dropout, dtype=self.dtype_policy)
 
   def compute_memory_kv(self, memory: tf.Tensor) -> KeyValue:
     """Keys and values of `memory` `[batch, len, depth]`, split into heads."""

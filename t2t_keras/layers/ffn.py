@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from t2t_keras.layers.dropout import Dropout
 from t2t_keras.layers.initializers import get_variable_initializer
 
 
@@ -39,7 +40,7 @@ class DenseReluDense(keras.layers.Layer):
                                     name="conv2", dtype=self.dtype_policy)
     self.conv1.build(input_shape)
     self.conv2.build(tuple(input_shape[:-1]) + (self.filter_size,))
-    self.dropout = keras.layers.Dropout(self.relu_dropout, dtype=self.dtype_policy)
+    self.dropout = Dropout(self.relu_dropout, dtype=self.dtype_policy)
 
   def call(self, x, training=None):
     return self.conv2(self.dropout(self.conv1(x), training=training))
@@ -92,7 +93,7 @@ class LayerPrepostprocess(keras.layers.Layer):
                                                dtype=policy)
         norm.build(input_shape)
         setattr(self, f"layer_norm_{i}", norm)
-    self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+    self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
   def call(self, previous, x, training=None):
     if self.sequence == "none":
