@@ -19,22 +19,16 @@ import tempfile
 import time
 from typing import Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
-
-PROCESS_SETUP = cpu_setup.configure_process()
-
-import keras  # noqa: E402  pylint: disable=g-import-not-at-top
-import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
+# The commands' CPU set-up (oneDNN on) and the worst case come from bench_decode.
+import bench_decode  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from data_gen.text_encoder import EOS_ID  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import decoding  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras.model import Transformer  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
@@ -44,7 +38,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
   p.add_argument("--hparams_set", default="transformer_base")
   p.add_argument("--vocab_size", type=int, default=32768)
   p.add_argument("--batch", type=int, default=32)
-  p.add_argument("--length", type=int, default=24, help="input tokens, EOS included")
+  p.add_argument("--worst_length", type=int, default=24, help="input tokens, EOS included")
   p.add_argument("--top", type=int, default=25, help="op types printed")
   return p.parse_args(argv)
 
@@ -76,15 +70,8 @@ def exclusive_times(xspace: xplane_pb2.XSpace) -> Dict[str, List[float]]:
 
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
-  keras.mixed_precision.set_global_policy(
-      "mixed_bfloat16" if args.dtype == "bfloat16" else "float32")
-  model = Transformer(hparams_lib.create_hparams(args.hparams_set), args.vocab_size,
-                      name="transformer")
-  model.build()
-  rng = np.random.default_rng(0)
-  inputs = rng.integers(2, args.vocab_size, size=(args.batch, args.length))
-  inputs[:, -1] = EOS_ID
-  inputs = tf.constant(inputs.astype(np.int32))
+  model, (inputs,) = bench_decode.worst_case(args, args.dtype)
+  inputs = tf.constant(inputs)
   fn = decoding.make_decode_fn(
       model, hparams_lib.DecodeHParams(beam_size=4, alpha=0.6, extra_length=50),
       use_cache=True, jit_compile=args.compile == "xla")
@@ -103,7 +90,7 @@ def main(argv: List[str]) -> None:
   totals = exclusive_times(xspace)
   total = sum(t for t, _ in totals.values())
   print(cpu_info.describe())
-  print(f"process set-up: {PROCESS_SETUP}; {args.hparams_set} {args.dtype} {args.compile}: "
+  print(f"process set-up: {bench_decode.PROCESS_SETUP}; {args.hparams_set} {args.dtype} {args.compile}: "
         f"{args.batch / seconds:.2f} sentences/s unprofiled; exclusive op time under the "
         f"profiler {total:.2f} s")
   for op_type, (t, count) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:args.top]:
