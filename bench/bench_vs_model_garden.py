@@ -22,7 +22,9 @@ TensorFlow configures it and, with `--mg_onednn=1` (default), also with oneDNN
 forced on, and both ratios are printed.
 
 Rounds alternate A B A B, and the table gives each figure's median and range
-over the rounds with its ratio to Model Garden's median. The CPU model and its
+over the rounds with its ratio to Model Garden's median, then the ratio within
+each round (each figure over Model Garden's of the same round: the one to read
+on a noisy machine) and their median. The CPU model and its
 bfloat16 capability head the output: figures from another CPU are not
 comparable.
 
@@ -200,6 +202,13 @@ def run(args) -> Dict[str, Dict[str, List[float]]]:
   return samples
 
 
+def round_ratios(values: Sequence[float], anchors: Sequence[float]) -> List[float]:
+  """Each round's figure over Model Garden's in the same round."""
+  if len(values) != len(anchors) or not values:
+    raise ValueError(f"one figure per round expected: {len(values)} vs {len(anchors)} anchors.")
+  return [v / a for v, a in zip(values, anchors)]
+
+
 def print_table(samples: Dict[str, Dict[str, List[float]]], cpu: str) -> None:
   units = {"train": "tokens/s (source + target)", "decode": "sentences/s"}
   print(f"\nCPU: {cpu}")
@@ -215,6 +224,13 @@ def print_table(samples: Dict[str, Dict[str, List[float]]], cpu: str) -> None:
       median = statistics.median(values)
       print(f"  {name:<40} {median:9.2f} ({min(values):.2f}-{max(values):.2f})  "
             f"{median / anchor:5.2f}x" + (f" | {median / forced:5.2f}x" if forced else ""))
+    print("  within each round, ratio to Model Garden as TensorFlow configures it:")
+    for name, values in table.items():
+      if name in (MG, MG_ONEDNN):
+        continue
+      ratios = round_ratios(values, table[MG])
+      print(f"  {name:<40} " + " / ".join(f"{r:.2f}" for r in ratios) +
+            f"  (median {statistics.median(ratios):.2f}x)")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -3,6 +3,8 @@
 import os
 import sys
 
+import pytest
+
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -52,3 +54,11 @@ def test_exclusive_times_ignores_other_planes():
       metadata_id=1, offset_ps=0, duration_ps=10**9)
   assert {op: round(t * 1e6, 6) for op, (t, _) in
           profile_decode.exclusive_times(space).items()} == {"Mul": 5}
+
+
+def test_round_ratios_divide_within_each_round():
+  import bench_vs_model_garden  # pylint: disable=g-import-not-at-top
+  # Round 1: 1200 / 1000; round 2: 1100 / 1100; hand-computed.
+  assert bench_vs_model_garden.round_ratios([1200.0, 1100.0], [1000.0, 1100.0]) == [1.2, 1.0]
+  with pytest.raises(ValueError, match="one figure per round"):
+    bench_vs_model_garden.round_ratios([1.0, 2.0], [1.0])
