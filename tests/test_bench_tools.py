@@ -10,6 +10,7 @@ from tensorflow.tsl.profiler.protobuf import xplane_pb2
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "bench"))
 
+import bench_vs_model_garden  # noqa: E402  pylint: disable=g-import-not-at-top
 import profile_decode  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
@@ -57,7 +58,6 @@ def test_exclusive_times_ignores_other_planes():
 
 
 def test_round_ratios_divide_within_each_round():
-  import bench_vs_model_garden  # pylint: disable=g-import-not-at-top
   # Round 1: 1200 / 1000; round 2: 1100 / 1100; hand-computed.
   assert bench_vs_model_garden.round_ratios([1200.0, 1100.0], [1000.0, 1100.0]) == [1.2, 1.0]
   with pytest.raises(ValueError, match="one figure per round"):
