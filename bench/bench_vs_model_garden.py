@@ -28,6 +28,10 @@ on a noisy machine) and their median. The CPU model and its
 bfloat16 capability head the output: figures from another CPU are not
 comparable.
 
+For training on a noisy machine, `bench_paired_train.py` is the finer tool: it keeps
+both sides alive and alternates them every few steps, with an interval for the median
+ratio.
+
 Model Garden runs in its own virtualenv (it pins TensorFlow 2.20); set it up
 once as ../shared/anchors/README.md says:
 

@@ -1,7 +1,9 @@
 """bench/ helpers whose figures the README quotes, against hand-computed cases."""
 
 import os
+import random
 import sys
+import textwrap
 
 import pytest
 
@@ -10,7 +12,9 @@ from tensorflow.tsl.profiler.protobuf import xplane_pb2
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "bench"))
 
+import bench_paired_train  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_vs_model_garden  # noqa: E402  pylint: disable=g-import-not-at-top
+import mg_train_worker  # noqa: E402  pylint: disable=g-import-not-at-top
 import profile_decode  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
@@ -62,3 +66,74 @@ def test_round_ratios_divide_within_each_round():
   assert bench_vs_model_garden.round_ratios([1200.0, 1100.0], [1000.0, 1100.0]) == [1.2, 1.0]
   with pytest.raises(ValueError, match="one figure per round"):
     bench_vs_model_garden.round_ratios([1.0, 2.0], [1.0])
+
+
+def test_median_interval_order_statistics():
+  # n = 20: P(B <= 5) = (1 + 20 + 190 + 1140 + 4845 + 15504) / 2^20 = 21700 / 2^20 <= 2.5%
+  # and P(B <= 6) = 0.0577 > 2.5%, so the interval is [x_6, x_15], coverage 1 - 2 * 21700 / 2^20.
+  values = [float(v) for v in range(1, 21)]
+  random.Random(0).shuffle(values)
+  low, high, coverage = bench_paired_train.median_interval(values, 0.95)
+  assert (low, high) == (6.0, 15.0)
+  assert coverage == pytest.approx(1 - 2 * 21700 / 2**20)
+  # n = 6: P(B = 0) = 1/64 <= 2.5% < P(B <= 1) = 7/64: the extremes, coverage 62/64.
+  assert bench_paired_train.median_interval([6, 1, 5, 2, 4, 3], 0.95) == (1, 6, 62 / 64)
+  # n = 5: P(B = 0) = 1/32 > 2.5%: no 95% interval exists.
+  with pytest.raises(ValueError, match="at least 6"):
+    bench_paired_train.median_interval([1, 2, 3, 4, 5], 0.95)
+
+
+def test_targets_follow_the_cpu_and_verdicts_the_interval():
+  avx2 = "processor : 0\nflags : fpu avx2\n"
+  zen = "processor : 0\nflags : avx2 avx512f avx512_bf16\n"
+  amx = "processor : 0\nflags : avx512_bf16 amx_bf16 amx_tile\n"
+  target = bench_paired_train.target
+  assert [target("float32:eager", c) for c in (avx2, zen, amx)] == [1.15, 1.15, 1.15]
+  assert [target("bfloat16:eager", c) for c in (avx2, zen, amx)] == [None, 2.0, 3.0]
+  verdict = bench_paired_train.verdict
+  assert verdict(1.15, 1.4, 1.15) == "met"
+  assert verdict(1.0, 1.149, 1.15) == "not met"
+  assert verdict(1.1, 1.2, 1.15) == "undecided"
+  assert verdict(1.1, 1.2, None) == "no target on this CPU"
+
+
+FAKE_ANCHOR = textwrap.dedent("""\
+    import argparse
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--len", type=int, default=32)
+    a = p.parse_args()
+    print("a library's chatter on stdout")
+    calls = []
+    class Loss:
+      def numpy(self):
+        return 0.0
+    src = tgt = None
+    def step(src, tgt):
+      calls.append(1)
+      return Loss()
+    step(src, tgt)  # trace + warm-up
+    raise SystemExit("the anchor's own timing must not run in the worker")
+    """)
+
+
+def test_model_garden_worker_runs_the_anchor_setup_and_times_on_request(tmp_path):
+  anchor = tmp_path / "anchor_model_garden.py"
+  anchor.write_text(FAKE_ANCHOR)
+  ns = mg_train_worker.load_anchor(str(anchor), ["--batch=3"])
+  assert (ns["a"].batch, ns["a"].len, ns["calls"]) == (3, 32, [])  # set-up only
+  worker = bench_paired_train.ModelGardenWorker(sys.executable, str(anchor), onednn=False)
+  try:
+    assert worker.tokens_per_step == 2 * 64 * 32
+    seconds = [worker.seconds_per_step(n) for n in (1, 3)]
+    assert all(0 <= s < 1 for s in seconds)
+  finally:
+    worker.close()
+  assert worker._process.returncode == 0  # pylint: disable=protected-access
+
+
+def test_model_garden_worker_says_when_the_anchor_changed(tmp_path):
+  anchor = tmp_path / "anchor_model_garden.py"
+  anchor.write_text(FAKE_ANCHOR.replace("  # trace + warm-up", ""))
+  with pytest.raises(SystemExit, match="the anchor changed"):
+    mg_train_worker.load_anchor(str(anchor), [])

@@ -1,0 +1,215 @@
+"""Training speed against Model Garden's, paired step by step, with a confidence interval.
+
+`bench_vs_model_garden.py` starts fresh processes each round (about 4 minutes a
+round), so a 2-core shared machine's drift between rounds (our float32 figure
+moved 29% between rounds on a Zen 5) lands in its ratios. Here both sides stay
+alive and alternate every few seconds:
+
+* Model Garden: its training anchor (`anchor_model_garden.py`, its own model,
+  optimizer and step) in `bench/mg_train_worker.py`, a child process of the
+  Model Garden virtualenv that runs `--steps` steps on request;
+* ours: `bench_train.make_trainer_probe` for each configuration, in this process
+  (the same Trainer step `bench_train.py` times).
+
+Both train transformer_base dimensions on 64 x 32 tokens a side, vocabulary
+32,768, so the ratio of speeds is Model Garden's seconds per step over ours.
+Each pair times Model Garden then ours, or ours then Model Garden (alternating),
+and gives one ratio per configuration. The summary is the median of the pair
+ratios with a distribution-free confidence interval (order statistics of the
+binomial), and a verdict against the issue's target: "met" when the whole
+interval is at or above it, "not met" when it is below, else "undecided".
+
+Targets (issue 15): float32 1.15x; mixed bfloat16 2x on a CPU with native
+bfloat16, 3x with AMX; no bfloat16 target without native bfloat16.
+
+  python3 -m venv ../mg-venv && ../mg-venv/bin/pip install tf-models-official==2.20.0
+  .venv/bin/python bench/bench_paired_train.py --mg_python=../mg-venv/bin/python
+  .venv/bin/python bench/bench_paired_train.py --mg_python=../mg-venv/bin/python \
+      --pairs=30 --configs=float32:eager
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import bench_train  # noqa: E402  (sets the process up for our commands before TensorFlow loads)
+import bench_vs_model_garden
+
+from t2t_keras import cpu_info
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mg_train_worker.py")
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--mg_python", required=True,
+                 help="python of the Model Garden virtualenv (tf-models-official 2.20)")
+  p.add_argument("--anchors", default=bench_vs_model_garden.DEFAULT_ANCHORS,
+                 help="folder of the anchor scripts")
+  p.add_argument("--configs", default="float32:eager,bfloat16:eager",
+                 help=f"ours, among {bench_train.CONFIGS} ('eager': graph without XLA)")
+  p.add_argument("--pairs", type=int, default=20, help="paired timings (at least 6)")
+  p.add_argument("--steps", type=int, default=2, help="train steps per side per pair")
+  p.add_argument("--confidence", type=float, default=0.95,
+                 help="coverage of the interval around the median ratio")
+  p.add_argument("--mg_onednn", type=int, default=0,
+                 help="1: Model Garden with TF_ENABLE_ONEDNN_OPTS=1 forced (0: as "
+                      "TensorFlow configures it)")
+  args = p.parse_args(argv)
+  args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+  if not args.configs or set(args.configs) - set(bench_train.CONFIGS):
+    raise ValueError(f"--configs must be among {bench_train.CONFIGS}, got {args.configs}.")
+  if args.steps < 1:
+    raise ValueError(f"--steps must be >= 1, got {args.steps}.")
+  if not 0.5 <= args.confidence < 1:
+    raise ValueError(f"--confidence must be in [0.5, 1), got {args.confidence}.")
+  median_interval([1.0] * args.pairs, args.confidence)  # too few pairs fail here, not later
+  anchor = os.path.join(args.anchors, "anchor_model_garden.py")
+  if not os.path.isfile(anchor):
+    raise ValueError(f"--anchors={args.anchors} has no anchor_model_garden.py.")
+  if not os.access(args.mg_python, os.X_OK):
+    raise ValueError(f"--mg_python={args.mg_python} is not an executable; see the set-up "
+                     "in this script's docstring.")
+  return args
+
+
+def median_interval(values: Sequence[float],
+                    confidence: float = 0.95) -> Tuple[float, float, float]:
+  """Distribution-free interval for the median: (low, high, its exact coverage).
+
+  With n values sorted, [x_k, x_(n+1-k)] (1-based) covers the median with
+  probability 1 - 2 P(B <= k - 1), B ~ Binomial(n, 1/2); k is the largest with
+  that tail at most (1 - confidence) / 2.
+  """
+  n = len(values)
+  tail_limit = (1.0 - confidence) / 2.0
+  tail, k = 0.0, 0
+  for j in range(n + 1):
+    p = math.comb(n, j) / 2.0 ** n
+    if tail + p > tail_limit:
+      break
+    tail, k = tail + p, j + 1
+  if k == 0:
+    raise ValueError(f"{n} pairs cannot give a {confidence:.0%} interval for the median; "
+                     "use more pairs (at least 6 for 95%).")
+  ordered = sorted(values)
+  return ordered[k - 1], ordered[n - k], 1.0 - 2.0 * tail
+
+
+def target(config: str, cpuinfo: Optional[str] = None) -> Optional[float]:
+  """Issue 15's speed target over Model Garden for `config` on this CPU (None: none)."""
+  dtype = config.split(":")[0]
+  if dtype == "float32":
+    return 1.15
+  if not cpu_info.native_bfloat16(cpuinfo):
+    return None
+  return 3.0 if "amx_bf16" in cpu_info.cpu_flags(cpuinfo) else 2.0
+
+
+def verdict(low: float, high: float, goal: Optional[float]) -> str:
+  """'met' when the interval is at or above `goal`, 'not met' below it, else 'undecided'."""
+  if goal is None:
+    return "no target on this CPU"
+  if low >= goal:
+    return "met"
+  if high < goal:
+    return "not met"
+  return "undecided"
+
+
+class ModelGardenWorker:
+  """`mg_train_worker.py` in the Model Garden virtualenv, timing steps on request."""
+
+  def __init__(self, python: str, anchor: str, onednn: bool):
+    env = bench_vs_model_garden._mg_env(onednn)  # pylint: disable=protected-access
+    self._process = subprocess.Popen(
+        [python, WORKER, f"--anchor={anchor}"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, env=env, cwd=os.path.dirname(WORKER))
+    ready = self._read()
+    if not ready.startswith("ready tokens_per_step="):
+      raise RuntimeError(f"Model Garden's worker did not start: {ready!r}")
+    self.tokens_per_step = int(ready.split("=")[1])
+
+  def _read(self) -> str:
+    """The worker's next reply (its lines marked "@@ "; anything else is skipped)."""
+    while True:
+      line = self._process.stdout.readline()
+      if not line:
+        code = self._process.wait()
+        raise RuntimeError(f"Model Garden's worker exited ({code}); its errors are above.")
+      if line.startswith("@@ "):
+        return line[3:].strip()
+
+  def seconds_per_step(self, steps: int) -> float:
+    self._process.stdin.write(f"{steps}\n")
+    self._process.stdin.flush()
+    return float(self._read())
+
+  def close(self) -> None:
+    if self._process.poll() is None:
+      self._process.stdin.write("quit\n")
+      self._process.stdin.close()
+      self._process.wait(timeout=60)
+
+
+def run(args) -> Dict[str, List[float]]:
+  """{config: [Model Garden's s/step over ours, one per pair]}."""
+  train_args = bench_train.parse_args([f"--steps={args.steps}"])
+  tokens = 2 * train_args.batch * train_args.length
+  anchor = os.path.join(args.anchors, "anchor_model_garden.py")
+  t0 = time.perf_counter()
+  mg = ModelGardenWorker(args.mg_python, anchor, bool(args.mg_onednn))
+  try:
+    if mg.tokens_per_step != tokens:
+      raise RuntimeError(f"Model Garden's anchor trains {mg.tokens_per_step} tokens a step, "
+                         f"ours {tokens}: the ratio would compare different work.")
+    print(f"Model Garden's worker ready in {time.perf_counter() - t0:.0f}s", flush=True)
+    probes = {}
+    for config in args.configs:
+      dtype, mode = config.split(":")
+      probes[config] = bench_train.make_trainer_probe(train_args, dtype, mode == "xla")[0]
+    ratios: Dict[str, List[float]] = {c: [] for c in args.configs}
+    for pair in range(args.pairs):
+      ours: Dict[str, float] = {}
+      if pair % 2:
+        ours = {c: probe() for c, probe in probes.items()}
+      mg_s = mg.seconds_per_step(args.steps)
+      if not pair % 2:
+        ours = {c: probe() for c, probe in probes.items()}
+      for config, seconds in ours.items():
+        ratios[config].append(mg_s / seconds)
+      print(f"pair {pair + 1}/{args.pairs} ({'ours first' if pair % 2 else 'MG first'}): "
+            f"Model Garden {tokens / mg_s:.0f} tokens/s; " + "; ".join(
+                f"{c.replace('eager', 'graph')} {tokens / s:.0f} ({mg_s / s:.2f}x)"
+                for c, s in ours.items()), flush=True)
+  finally:
+    mg.close()
+  return ratios
+
+
+def print_summary(ratios: Dict[str, List[float]], confidence: float) -> None:
+  print(f"\nratio to Model Garden's float32 graph (its speed in tokens/s), median of "
+        f"{len(next(iter(ratios.values())))} pairs, interval for the median:")
+  for config, values in ratios.items():
+    low, high, coverage = median_interval(values, confidence)
+    goal = target(config)
+    print(f"  {config.replace('eager', 'graph'):<16} {statistics.median(values):.3f}x  "
+          f"[{low:.3f}, {high:.3f}] ({coverage:.1%})  target "
+          f"{'-' if goal is None else f'{goal:.2f}x'}: {verdict(low, high, goal)}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  print(f"CPU: {cpu_info.describe()}", flush=True)
+  print_summary(run(args), args.confidence)
+
+
+if __name__ == "__main__":
+  main()
