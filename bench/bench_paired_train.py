@@ -128,7 +128,7 @@ class ModelGardenWorker:
   """`mg_train_worker.py` in the Model Garden virtualenv, timing steps on request."""
 
   def __init__(self, python: str, anchor: str, onednn: bool):
-    env = bench_vs_model_garden._mg_env(onednn)  # pylint: disable=protected-access
+    env = bench_vs_model_garden.mg_env(onednn)
     self._process = subprocess.Popen(
         [python, WORKER, f"--anchor={anchor}"], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True, env=env, cwd=os.path.dirname(WORKER))

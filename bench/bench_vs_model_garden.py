@@ -132,7 +132,7 @@ def _field(text: str, name: str) -> float:
   return float(match.group(1))
 
 
-def _mg_env(onednn: bool) -> Dict[str, str]:
+def mg_env(onednn: bool) -> Dict[str, str]:
   """Model Garden's environment: TensorFlow's own oneDNN choice, or oneDNN forced on."""
   env = {k: v for k, v in ENV.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
   if onednn:
@@ -142,13 +142,13 @@ def _mg_env(onednn: bool) -> Dict[str, str]:
 
 def mg_train(args, onednn: bool = False) -> float:
   out = _run([args.mg_python, os.path.join(args.anchors, "anchor_model_garden.py"),
-              f"--steps={args.train_steps}"], env=_mg_env(onednn))
+              f"--steps={args.train_steps}"], env=mg_env(onednn))
   return _field(out, "tokens_per_s")
 
 
 def mg_decode(args, onednn: bool = False) -> float:
   out = _run([args.mg_python, os.path.join(args.anchors, "anchor_model_garden_decode.py")],
-             env=_mg_env(onednn))
+             env=mg_env(onednn))
   return _field(out, "sent_per_s")
 
 
