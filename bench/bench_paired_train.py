@@ -41,10 +41,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import bench_train  # noqa: E402  (sets the process up for our commands before TensorFlow loads)
 import bench_vs_model_garden
+import mg_train_worker
 
 from t2t_keras import cpu_info
-
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mg_train_worker.py")
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -71,8 +70,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   if not 0.5 <= args.confidence < 1:
     raise ValueError(f"--confidence must be in [0.5, 1), got {args.confidence}.")
   median_interval([1.0] * args.pairs, args.confidence)  # too few pairs fail here, not later
-  anchor = os.path.join(args.anchors, "anchor_model_garden.py")
-  if not os.path.isfile(anchor):
+  args.anchor = os.path.join(args.anchors, "anchor_model_garden.py")
+  if not os.path.isfile(args.anchor):
     raise ValueError(f"--anchors={args.anchors} has no anchor_model_garden.py.")
   if not os.access(args.mg_python, os.X_OK):
     raise ValueError(f"--mg_python={args.mg_python} is not an executable; see the set-up "
@@ -128,24 +127,25 @@ class ModelGardenWorker:
   """`mg_train_worker.py` in the Model Garden virtualenv, timing steps on request."""
 
   def __init__(self, python: str, anchor: str, onednn: bool):
-    env = bench_vs_model_garden.mg_env(onednn)
+    worker = mg_train_worker.__file__
     self._process = subprocess.Popen(
-        [python, WORKER, f"--anchor={anchor}"], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True, env=env, cwd=os.path.dirname(WORKER))
+        [python, worker, f"--anchor={anchor}"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, env=bench_vs_model_garden.mg_env(onednn),
+        cwd=os.path.dirname(worker))
     ready = self._read()
-    if not ready.startswith("ready tokens_per_step="):
+    if not ready.startswith(mg_train_worker.READY):
       raise RuntimeError(f"Model Garden's worker did not start: {ready!r}")
-    self.tokens_per_step = int(ready.split("=")[1])
+    self.tokens_per_step = int(ready[len(mg_train_worker.READY):])
 
   def _read(self) -> str:
-    """The worker's next reply (its lines marked "@@ "; anything else is skipped)."""
+    """The worker's next reply (its lines marked REPLY; anything else is skipped)."""
     while True:
       line = self._process.stdout.readline()
       if not line:
         code = self._process.wait()
         raise RuntimeError(f"Model Garden's worker exited ({code}); its errors are above.")
-      if line.startswith("@@ "):
-        return line[3:].strip()
+      if line.startswith(mg_train_worker.REPLY):
+        return line[len(mg_train_worker.REPLY):].strip()
 
   def seconds_per_step(self, steps: int) -> float:
     self._process.stdin.write(f"{steps}\n")
@@ -163,9 +163,8 @@ def run(args) -> Dict[str, List[float]]:
   """{config: [Model Garden's s/step over ours, one per pair]}."""
   train_args = bench_train.parse_args([f"--steps={args.steps}"])
   tokens = 2 * train_args.batch * train_args.length
-  anchor = os.path.join(args.anchors, "anchor_model_garden.py")
   t0 = time.perf_counter()
-  mg = ModelGardenWorker(args.mg_python, anchor, bool(args.mg_onednn))
+  mg = ModelGardenWorker(args.mg_python, args.anchor, bool(args.mg_onednn))
   try:
     if mg.tokens_per_step != tokens:
       raise RuntimeError(f"Model Garden's anchor trains {mg.tokens_per_step} tokens a step, "
@@ -177,15 +176,15 @@ def run(args) -> Dict[str, List[float]]:
       probes[config] = bench_train.make_trainer_probe(train_args, dtype, mode == "xla")[0]
     ratios: Dict[str, List[float]] = {c: [] for c in args.configs}
     for pair in range(args.pairs):
-      ours: Dict[str, float] = {}
-      if pair % 2:
-        ours = {c: probe() for c, probe in probes.items()}
-      mg_s = mg.seconds_per_step(args.steps)
-      if not pair % 2:
-        ours = {c: probe() for c, probe in probes.items()}
+      mg_first = pair % 2 == 0
+      if mg_first:
+        mg_s = mg.seconds_per_step(args.steps)
+      ours = {c: probe() for c, probe in probes.items()}
+      if not mg_first:
+        mg_s = mg.seconds_per_step(args.steps)
       for config, seconds in ours.items():
         ratios[config].append(mg_s / seconds)
-      print(f"pair {pair + 1}/{args.pairs} ({'ours first' if pair % 2 else 'MG first'}): "
+      print(f"pair {pair + 1}/{args.pairs} ({'MG first' if mg_first else 'ours first'}): "
             f"Model Garden {tokens / mg_s:.0f} tokens/s; " + "; ".join(
                 f"{c.replace('eager', 'graph')} {tokens / s:.0f} ({mg_s / s:.2f}x)"
                 for c, s in ours.items()), flush=True)

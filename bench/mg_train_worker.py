@@ -21,6 +21,7 @@ import time
 # The line of anchor_model_garden.py where its set-up ends and its timing begins.
 WARMUP_LINE = "step(src, tgt)  # trace + warm-up"
 REPLY = "@@ "  # marks this worker's replies on stdout
+READY = "ready tokens_per_step="  # its first reply, before the token count
 
 
 def load_anchor(path: str, anchor_flags):
@@ -45,7 +46,7 @@ def main() -> None:
   step, src, tgt, a = ns["step"], ns["src"], ns["tgt"], ns["a"]
   for _ in range(2):  # trace + warm-up, as the anchor does
     step(src, tgt).numpy()
-  print(f"{REPLY}ready tokens_per_step={2 * a.batch * a.len}", flush=True)
+  print(f"{REPLY}{READY}{2 * a.batch * a.len}", flush=True)
   for line in sys.stdin:
     request = line.strip()
     if request == "quit":
