@@ -6,6 +6,7 @@ import keras
 
 from t2t_keras.layers.dropout import Dropout
 from t2t_keras.layers.initializers import get_variable_initializer
+from t2t_keras.layers.layer_norm import LayerNorm
 
 
 class DenseReluDense(keras.layers.Layer):
@@ -89,8 +90,7 @@ class LayerPrepostprocess(keras.layers.Layer):
         # Keras never autocasts them, so it computes as its mixed-precision twin.
         policy = ("mixed_bfloat16" if self.dtype_policy.name == "bfloat16" else
                   self.dtype_policy)
-        norm = keras.layers.LayerNormalization(epsilon=self.epsilon, name=f"layer_norm_{i}",
-                                               dtype=policy)
+        norm = LayerNorm(epsilon=self.epsilon, name=f"layer_norm_{i}", dtype=policy)
         norm.build(input_shape)
         setattr(self, f"layer_norm_{i}", norm)
     self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)
@@ -104,7 +104,7 @@ class LayerPrepostprocess(keras.layers.Layer):
           raise ValueError("sequence contains 'a' but no residual input was given.")
         x = x + previous
       elif op == "n":
-        x = getattr(self, f"layer_norm_{i}")(x)
+        x = getattr(self, f"layer_norm_{i}")(x, training=training)
       elif op == "d":
         x = self.dropout(x, training=training)
     return x
