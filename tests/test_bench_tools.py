@@ -12,6 +12,7 @@ from tensorflow.tsl.profiler.protobuf import xplane_pb2
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "bench"))
 
+import bench_layer_norm  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_paired_train  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_vs_model_garden  # noqa: E402  pylint: disable=g-import-not-at-top
 import mg_train_worker  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -137,3 +138,30 @@ def test_model_garden_worker_says_when_the_anchor_changed(tmp_path):
   anchor.write_text(FAKE_ANCHOR.replace("  # trace + warm-up", ""))
   with pytest.raises(SystemExit, match="the anchor changed"):
     mg_train_worker.load_anchor(str(anchor), [])
+
+
+def test_layer_norm_bench_alternates_and_takes_medians(monkeypatch):
+  # Fake steps that advance a fake clock: "keras" 3 ms a call, "fused" 1 ms.
+  clock = [0.0]
+  log = []
+
+  class Done:
+    def numpy(self):
+      return 0.0
+
+  def fake_step(name, ms):
+    def step():
+      log.append(name)
+      clock[0] += ms / 1e3
+      return Done()
+    return step
+
+  monkeypatch.setattr(bench_layer_norm.time, "perf_counter", lambda: clock[0])
+  ms = bench_layer_norm.time_pair({"keras": fake_step("keras", 3.0),
+                                   "fused": fake_step("fused", 1.0)}, calls=2, repeats=3)
+  assert ms == pytest.approx({"keras": 3.0, "fused": 1.0})
+  # One untimed call each, then rounds of 2 calls, the order reversed every other round.
+  assert log == ["keras", "fused"] + ["keras"] * 2 + ["fused"] * 2 + ["fused"] * 2 + \
+      ["keras"] * 2 + ["keras"] * 2 + ["fused"] * 2
+  with pytest.raises(ValueError, match="--depth must be >= 1"):
+    bench_layer_norm.parse_args(["--depth=0"])
