@@ -28,9 +28,12 @@ def random_case(rng, shape=(3, 5, 16)):
   return x, scale, bias
 
 
-def layer(dtype_policy="float32", depth=16):
+def layer(scale, bias, dtype_policy="float32"):
+  """A built LayerNorm whose weights are `scale` and `bias` (float32)."""
   norm = ln_lib.LayerNorm(epsilon=EPS, dtype=dtype_policy)
-  norm.build([None, None, depth])
+  norm.build([None, None, scale.shape[0]])
+  norm.gamma.assign(scale.astype(np.float32))
+  norm.beta.assign(bias.astype(np.float32))
   return norm
 
 
@@ -38,9 +41,7 @@ def layer(dtype_policy="float32", depth=16):
 def test_forward_is_t2t_formula(training):
   rng = np.random.default_rng(0)
   x, scale, bias = random_case(rng)
-  norm = layer()
-  norm.gamma.assign(scale.astype(np.float32))
-  norm.beta.assign(bias.astype(np.float32))
+  norm = layer(scale, bias)
   y = norm(tf.constant(x, tf.float32), training=training).numpy()
   np.testing.assert_allclose(y, numpy_layer_norm(x, scale, bias), atol=2e-5, rtol=1e-5)
 
@@ -83,9 +84,7 @@ def test_layer_gradients_reach_its_weights_in_a_compiled_step():
   rng = np.random.default_rng(2)
   x, scale, bias = random_case(rng)
   w = rng.normal(size=x.shape)
-  norm = layer()
-  norm.gamma.assign(scale.astype(np.float32))
-  norm.beta.assign(bias.astype(np.float32))
+  norm = layer(scale, bias)
 
   @tf.function
   def grads(x_):
@@ -106,9 +105,7 @@ def test_layer_gradients_reach_its_weights_in_a_compiled_step():
 def test_mixed_bfloat16_keeps_float32_weights_and_bfloat16_output():
   rng = np.random.default_rng(3)
   x, scale, bias = random_case(rng)
-  norm = layer("mixed_bfloat16")
-  norm.gamma.assign(scale.astype(np.float32))
-  norm.beta.assign(bias.astype(np.float32))
+  norm = layer(scale, bias, "mixed_bfloat16")
   xb = tf.cast(tf.constant(x, tf.float32), tf.bfloat16)
   with tf.GradientTape() as tape:
     tape.watch(xb)
