@@ -136,6 +136,31 @@ def test_write_position_of_beams_sharing_a_buffer():
     np.testing.assert_array_equal(got.numpy(), want)
 
 
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_tied_logits_gradients_match_closed_form(policy):
+  # logits = x·Wᵀ, so for loss = sum(logits * c): dx = c·W and dW = cᵀ·x, in
+  # float32 through the swapped table gradient, in bfloat16 through TensorFlow's.
+  mod = embedding.SymbolModality(37, 8, dtype=policy)
+  mod.build()
+  rng = np.random.default_rng(4)
+  x = rng.normal(size=(3, 5, 8)).astype(np.float32)
+  c = rng.normal(size=(3, 5, 37)).astype(np.float32)
+  x_var = tf.Variable(x)
+
+  @tf.function
+  def grads():
+    with tf.GradientTape() as tape:
+      logits = mod.logits(tf.cast(x_var, mod.compute_dtype))
+      loss = tf.reduce_sum(tf.cast(logits, tf.float32) * c)
+    return tape.gradient(loss, [x_var, mod.weights_var])
+
+  dx, dw = (g.numpy() for g in grads())
+  table = np.asarray(mod.weights_var, np.float64)
+  tol = 1e-5 if policy == "float32" else 2e-2  # bfloat16: 8-bit mantissas
+  np.testing.assert_allclose(dx, c @ table, rtol=tol, atol=tol)
+  np.testing.assert_allclose(dw, np.einsum("blv,blh->vh", c, x), rtol=tol, atol=tol)
+
+
 def test_symbol_modality_scaling_padding_and_tied_logits():
   mod = embedding.SymbolModality(11, 6)
   mod.build()

@@ -97,6 +97,31 @@ class PositionEmbedding(keras.layers.Layer):
     return config
 
 
+@tf.custom_gradient
+def _logits_matmul_transposed_grad(x, table):
+  def grad(dy):
+    # dy·table, and the table's gradient (dyᵀ·x) as the transpose of xᵀ·dy.
+    return tf.matmul(dy, table), tf.transpose(tf.matmul(x, dy, transpose_a=True))
+  return tf.matmul(x, table, transpose_b=True), grad
+
+
+def tied_logits_matmul(x: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
+  """x·tableᵀ: `[rows, hidden]` x `[vocab, hidden]` -> `[rows, vocab]`.
+
+  The same product and gradients as `tf.matmul(x, table, transpose_b=True)`.
+  In float32 the table's gradient is computed as (xᵀ·dy)ᵀ rather than
+  TensorFlow's dyᵀ·x: oneDNN's float32 kernel for a transposed left operand of
+  32,768 rows ran at 239 GFLOP/s against 334 for the other layout with its
+  transpose (2048 rows x 512 x 32,768, AMD EPYC Zen 5), and the float32
+  transformer_base train step ran 1.056x faster (median of 24 paired timings).
+  bfloat16 keeps TensorFlow's gradient: there its transposed-left kernel is the
+  faster one (111 against 123 ms) and the step was 0.986x with the swap.
+  """
+  if x.dtype == tf.float32:
+    return _logits_matmul_transposed_grad(x, table)
+  return tf.matmul(x, table, transpose_b=True)
+
+
 class SymbolModality(keras.layers.Layer):
   """T2T's symbol modality: embedding lookup and (optionally tied) softmax weights.
 
@@ -139,7 +164,7 @@ class SymbolModality(keras.layers.Layer):
     table = tf.cast(tf.convert_to_tensor(self.weights_var), x.dtype)
     # A plain 2-D matmul: broadcasting BatchMatMul is slower on CPU.
     flat = tf.reshape(x, [-1, self.hidden_size])
-    logits = tf.matmul(flat, table, transpose_b=True)
+    logits = tied_logits_matmul(flat, table)
     return tf.reshape(logits, tf.concat([tf.shape(x)[:-1], [self.vocab_size]], 0))
 
   def call(self, ids):
