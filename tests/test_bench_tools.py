@@ -14,9 +14,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import bench_layer_norm  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_paired_train  # noqa: E402  pylint: disable=g-import-not-at-top
+import bench_tied_logits  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_vs_model_garden  # noqa: E402  pylint: disable=g-import-not-at-top
 import mg_train_worker  # noqa: E402  pylint: disable=g-import-not-at-top
 import profile_decode  # noqa: E402  pylint: disable=g-import-not-at-top
+import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
+
+from t2t_keras.layers import embedding  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def _plane(lines):
@@ -165,3 +169,18 @@ def test_layer_norm_bench_alternates_and_takes_medians(monkeypatch):
       ["keras"] * 2 + ["keras"] * 2 + ["fused"] * 2
   with pytest.raises(ValueError, match="--depth must be >= 1"):
     bench_layer_norm.parse_args(["--depth=0"])
+
+
+def test_tied_logits_bench_steps_return_the_same_gradients():
+  # Both timed steps return dx[0, 0] + dtable[0, 0]; by hand: dx = dy·table and
+  # dtable = dyᵀ·x, so with these ones and twos every entry is a known sum.
+  x = tf.fill([3, 2], 2.0)       # rows 3, hidden 2
+  table = tf.fill([5, 2], 1.0)   # vocab 5
+  dy = tf.fill([3, 5], 1.0)
+  want = 5 * 1.0 + 3 * 2.0       # dx[0, 0] = sum over 5 vocab; dtable[0, 0] = sum over 3 rows
+  plain = lambda a, w: tf.matmul(a, w, transpose_b=True)
+  for matmul in (plain, embedding.tied_logits_matmul):
+    assert float(bench_tied_logits.make_step(matmul, x, table, dy)()) == want
+  with pytest.raises(ValueError, match="--vocab must be >= 1"):
+    bench_tied_logits.parse_args(["--vocab=0"])
+
