@@ -110,12 +110,12 @@ def tied_logits_matmul(x: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
 
   The same product and gradients as `tf.matmul(x, table, transpose_b=True)`.
   In float32 the table's gradient is computed as (xᵀ·dy)ᵀ rather than
-  TensorFlow's dyᵀ·x: oneDNN's float32 kernel for a transposed left operand of
-  32,768 rows ran at 239 GFLOP/s against 334 for the other layout with its
-  transpose (2048 rows x 512 x 32,768, AMD EPYC Zen 5), and the float32
-  transformer_base train step ran 1.056x faster (median of 24 paired timings).
-  bfloat16 keeps TensorFlow's gradient: there its transposed-left kernel is the
-  faster one (111 against 123 ms) and the step was 0.986x with the swap.
+  TensorFlow's dyᵀ·x, whose left operand oneDNN's float32 kernel reads
+  transposed, slowly at 32,768 rows: forward + backward at 2048 x 512 x 32,768
+  took 392.5 against 518.5 ms (`bench/bench_tied_logits.py`, AMD EPYC Zen 5),
+  and the float32 transformer_base train step ran 1.056x faster (median of 24
+  paired timings). bfloat16 keeps TensorFlow's gradient: there the swap made
+  the step 0.986x.
   """
   if x.dtype == tf.float32:
     return _logits_matmul_transposed_grad(x, table)
