@@ -4,8 +4,8 @@ Times, for float32 and bfloat16, one forward and backward pass of
 `logits = x·tableᵀ` (`[rows, hidden]` x `[vocab, hidden]`, the shared softmax of
 transformer_base) through `tf.matmul(x, table, transpose_b=True)`, whose table
 gradient TensorFlow computes as dyᵀ·x, and through
-`t2t_keras.layers.embedding.tied_logits_matmul`, which in float32 computes it as
-(xᵀ·dy)ᵀ. The two run alternately (`bench_layer_norm.time_pair`); the medians and
+`t2t_keras.layers.embedding.tied_logits_matmul`, which in float32 at depths up to
+512 computes it as (xᵀ·dy)ᵀ. The two run alternately (`bench_layer_norm.time_pair`); the medians and
 their ratio are printed under the CPU model.
 
 Run:

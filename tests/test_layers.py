@@ -136,14 +136,15 @@ def test_write_position_of_beams_sharing_a_buffer():
     np.testing.assert_array_equal(got.numpy(), want)
 
 
-@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
-def test_tied_logits_gradients_match_closed_form(policy):
-  # logits = x·Wᵀ, so for loss = sum(logits * c): dx = c·W and dW = cᵀ·x, in
-  # float32 through the swapped table gradient, in bfloat16 through TensorFlow's.
-  mod = embedding.SymbolModality(37, 8, dtype=policy)
+@pytest.mark.parametrize("policy,hidden", [("float32", 8), ("float32", 520),
+                                           ("mixed_bfloat16", 8)])
+def test_tied_logits_gradients_match_closed_form(policy, hidden):
+  # logits = x·Wᵀ, so for loss = sum(logits * c): dx = c·W and dW = cᵀ·x: in
+  # float32 up to depth 512 through the swapped table gradient, else TensorFlow's.
+  mod = embedding.SymbolModality(37, hidden, dtype=policy)
   mod.build()
   rng = np.random.default_rng(4)
-  x = rng.normal(size=(3, 5, 8)).astype(np.float32)
+  x = rng.normal(size=(3, 5, hidden)).astype(np.float32)
   c = rng.normal(size=(3, 5, 37)).astype(np.float32)
   x_var = tf.Variable(x)
 
