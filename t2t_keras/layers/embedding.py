@@ -114,10 +114,10 @@ def tied_logits_matmul(x: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
   transposed, slowly at 32,768 rows: forward + backward at 2048 x 512 x 32,768
   took 392.5 against 518.5 ms (`bench/bench_tied_logits.py`, AMD EPYC Zen 5),
   and the float32 transformer_base train step ran 1.056x faster (median of 24
-  paired timings); at 8,192 x 128 and 8,192 x 512 1.03x and 1.06x. bfloat16
-  keeps TensorFlow's gradient (there the swap made the step 0.986x), and so do
-  depths over 512, where the swap measured 0.97-0.98x (2048 x 1024 x 32,768,
-  transformer_big's shape).
+  paired timings); alone at 2048 x 128 x 8,192 and 2048 x 512 x 8,192 it
+  measured 1.03x and 1.06x. bfloat16 keeps TensorFlow's gradient (there the
+  swap made the step 0.986x), and so do depths over 512, where the swap
+  measured 0.97-0.98x (2048 x 1024 x 32,768, transformer_big's shape).
   """
   if x.dtype == tf.float32 and x.shape[-1] is not None and x.shape[-1] <= 512:
     return _logits_matmul_transposed_grad(x, table)
