@@ -40,8 +40,12 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
   p.add_argument("--depth", type=int, default=512)
   p.add_argument("--calls", type=int, default=20, help="calls per timed round")
   p.add_argument("--repeats", type=int, default=9, help="alternating rounds (median taken)")
-  args = p.parse_args(argv)
-  for name in ("batch", "length", "depth", "calls", "repeats"):
+  return require_positive(p.parse_args(argv), ("batch", "length", "depth", "calls", "repeats"))
+
+
+def require_positive(args: argparse.Namespace, names) -> argparse.Namespace:
+  """`args`, after checking that each flag in `names` is at least 1."""
+  for name in names:
     if getattr(args, name) < 1:
       raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}.")
   return args

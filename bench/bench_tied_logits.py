@@ -39,11 +39,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
   p.add_argument("--vocab", type=int, default=32768)
   p.add_argument("--calls", type=int, default=3, help="calls per timed round")
   p.add_argument("--repeats", type=int, default=9, help="alternating rounds (median taken)")
-  args = p.parse_args(argv)
-  for name in ("rows", "hidden", "vocab", "calls", "repeats"):
-    if getattr(args, name) < 1:
-      raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}.")
-  return args
+  return bench_layer_norm.require_positive(p.parse_args(argv),
+                                          ("rows", "hidden", "vocab", "calls", "repeats"))
 
 
 def make_step(matmul: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], x: tf.Tensor,
