@@ -12,6 +12,7 @@ from tensorflow.tsl.profiler.protobuf import xplane_pb2
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "bench"))
 
+import bench_decode_bound  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_layer_norm  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_paired_train  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_tied_logits  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -20,6 +21,8 @@ import mg_train_worker  # noqa: E402  pylint: disable=g-import-not-at-top
 import profile_decode  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
+from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.layers import embedding  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
@@ -184,3 +187,35 @@ def test_tied_logits_bench_steps_return_the_same_gradients():
   with pytest.raises(ValueError, match="--vocab must be >= 1"):
     bench_tied_logits.parse_args(["--vocab=0"])
 
+
+
+def test_decode_bound_formulas_hand_computed():
+  # float32 decode 4 s of which matmuls 3 s; bfloat16 matmuls 2 s: 4 / (1 + 2).
+  assert bench_decode_bound.bound(4.0, 3.0, 2.0) == pytest.approx(4.0 / 3.0)
+  # For 1.5x the decode may take 4 / 1.5 s, 2 of them matmuls: 2/3 s for the rest.
+  assert bench_decode_bound.nonmatmul_budget(4.0, 2.0, 1.5) == pytest.approx(2.0 / 3.0)
+  assert bench_decode_bound.nonmatmul_budget(4.0, 3.0, 1.5) < 0
+
+
+def test_graph_matmul_flops_counts_each_kind_of_matmul():
+  a, b = tf.ones([2, 3]), tf.ones([3, 4])
+  bt, ab = tf.ones([4, 3]), tf.ones([3, 2])
+  x, y = tf.ones([5, 2, 3]), tf.ones([5, 3, 4])
+  fn = tf.function(lambda: (tf.reduce_sum(tf.matmul(a, b)) +
+                            tf.reduce_sum(tf.matmul(a, bt, transpose_b=True)) +
+                            tf.reduce_sum(tf.matmul(ab, b, transpose_a=True)) +
+                            tf.reduce_sum(tf.matmul(x, y)) + tf.reduce_sum(a * 2.0)))
+  # 2*2*4*3 three times, then 2*5*2*4*3; the element-wise product counts nothing.
+  assert bench_decode_bound.graph_matmul_flops(fn) == 3 * 48 + 240
+
+
+@pytest.mark.parametrize("overrides", ["", "attention_key_channels=64,num_heads=4"])
+def test_decode_bound_matmul_sets_cover_the_decode_flops(overrides):
+  hp = hparams_lib.create_hparams("transformer_tiny", overrides)
+  batch, beam, length, steps, vocab = 3, 2, 5, 7, 50
+  fns = bench_decode_bound.matmul_fns(hp, vocab, batch, beam, length, steps, tf.float32,
+                                      jit_compile=False)
+  counted = (steps * bench_decode_bound.graph_matmul_flops(fns["step"]) +
+             bench_decode_bound.graph_matmul_flops(fns["batch"]))
+  assert counted == flops_lib.decode_flops(hp, vocab, batch, length, steps, beam)
+  assert tf.math.is_finite(fns["decode"]())
