@@ -49,16 +49,17 @@ from bench_layer_norm import require_positive  # noqa: E402  pylint: disable=g-i
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras import decoding  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.hparams import HParams  # noqa: E402  pylint: disable=g-import-not-at-top
 
-# (label, dtype, jit_compile) of the matmul sets; the decodes use the same labels.
+# (label, dtype, jit_compile) of the matmul sets; the decodes below use the same labels.
 KERNELS = (("float32 xla", tf.float32, True), ("float32 graph", tf.float32, False),
            ("bfloat16 graph", tf.bfloat16, False), ("bfloat16 xla", tf.bfloat16, True))
-DECODES = (("float32 xla", "float32", "beam:cached:xla"),
-           ("float32 graph", "float32", "beam:cached:graph"),
-           ("bfloat16 graph", "bfloat16", "beam:cached:graph"))
+# (label, dtype, jit_compile) of the cached beam-search decodes.
+DECODES = (("float32 xla", "float32", True), ("float32 graph", "float32", False),
+           ("bfloat16 graph", "bfloat16", False))
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
@@ -225,13 +226,11 @@ def main(argv: List[str]) -> None:
         f"the matmul sets below: {set_flops / 1e9:.1f})")
 
   decoders = {}
-  for label, dtype, mode in DECODES:
+  decode_hp = hparams_lib.DecodeHParams(beam_size=args.beam_size, alpha=args.alpha,
+                                        extra_length=args.extra_length)
+  for label, dtype, jit_compile in DECODES:
     model, batches = bench_decode.worst_case(dec_args, dtype)
-    search, cache, compile_ = mode.split(":")
-    decode_hp = hparams_lib.DecodeHParams(beam_size=args.beam_size, alpha=args.alpha,
-                                          extra_length=args.extra_length)
-    fn = bench_decode.decoding.make_decode_fn(model, decode_hp, use_cache=cache == "cached",
-                                              jit_compile=compile_ == "xla")
+    fn = decoding.make_decode_fn(model, decode_hp, use_cache=True, jit_compile=jit_compile)
     inputs = tf.constant(batches[0])
     decoders[label] = (lambda fn=fn, inputs=inputs: fn(inputs)[1])
     decoders[label]().numpy()  # trace and compile
