@@ -213,13 +213,11 @@ def main(argv: List[str]) -> None:
       f"--worst_length={args.worst_length}", f"--extra_length={args.extra_length}",
       f"--vocab_size={args.vocab_size}", f"--hparams_set={args.hparams_set}", "--repeats=1"])
 
-  sets, set_flops = {}, None
-  for label, dtype, jit in KERNELS:
-    sets[label] = matmul_fns(hp, args.vocab_size, args.batch, args.beam_size,
-                             args.worst_length, steps, dtype, jit)
-    if set_flops is None:
-      set_flops = (steps * graph_matmul_flops(sets[label]["step"]) +
-                   graph_matmul_flops(sets[label]["batch"]))
+  sets = {label: matmul_fns(hp, args.vocab_size, args.batch, args.beam_size,
+                            args.worst_length, steps, dtype, jit)
+          for label, dtype, jit in KERNELS}
+  set_flops = (steps * graph_matmul_flops(sets["float32 xla"]["step"]) +
+               graph_matmul_flops(sets["float32 xla"]["batch"]))
   print(f"{args.hparams_set}, vocabulary {args.vocab_size}, {args.batch} inputs of "
         f"{args.worst_length} tokens, beam {args.beam_size}, {steps} steps: "
         f"{flops / 1e9:.1f} GFLOP of matmuls a batch (t2t_keras.flops.decode_flops; "

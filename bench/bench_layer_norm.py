@@ -82,15 +82,20 @@ def time_pair(steps: Dict[str, Callable[[], tf.Tensor]], calls: int,
   return {name: statistics.median(v) for name, v in rounds.items()}
 
 
-def main(argv: List[str]) -> None:
-  args = parse_args(argv)
+def print_preamble(shape: str, calls: int, repeats: int, header: str) -> None:
+  """The CPU, the process set-up and what is timed, then the table's header."""
   print(cpu_info.describe())
   print(f"process set-up (t2t_keras.cpu_setup): {PROCESS_SETUP}; TensorFlow "
-        f"{tf.__version__}; [{args.batch}, {args.length}, {args.depth}], forward + "
-        f"backward, median of {args.repeats} alternating rounds of {args.calls} calls")
-  header = f"{'dtype':16} {'Keras ms':>9} {'fused ms':>9} {'speed-up':>9}"
+        f"{tf.__version__}; {shape}, forward + backward, median of {repeats} alternating "
+        f"rounds of {calls} calls")
   print(header)
   print("-" * len(header))
+
+
+def main(argv: List[str]) -> None:
+  args = parse_args(argv)
+  print_preamble(f"[{args.batch}, {args.length}, {args.depth}]", args.calls, args.repeats,
+                 f"{'dtype':16} {'Keras ms':>9} {'fused ms':>9} {'speed-up':>9}")
   shape = [args.batch, args.length, args.depth]
   for policy, dtype in (("float32", tf.float32), ("mixed_bfloat16", tf.bfloat16)):
     x = tf.cast(tf.random.stateless_normal(shape, [1, 2]), dtype)

@@ -23,12 +23,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
 
-PROCESS_SETUP = cpu_setup.configure_process()
+cpu_setup.configure_process()  # before TensorFlow loads; bench_layer_norm prints what it did
 
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
 import bench_layer_norm  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.layers import embedding  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
@@ -60,13 +59,9 @@ def make_step(matmul: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], x: tf.Tensor,
 
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
-  print(cpu_info.describe())
-  print(f"process set-up (t2t_keras.cpu_setup): {PROCESS_SETUP}; TensorFlow "
-        f"{tf.__version__}; {args.rows} x {args.hidden} x {args.vocab}, forward + "
-        f"backward, median of {args.repeats} alternating rounds of {args.calls} calls")
-  header = f"{'dtype':10} {'TensorFlow ms':>14} {'ours ms':>9} {'speed-up':>9}"
-  print(header)
-  print("-" * len(header))
+  bench_layer_norm.print_preamble(
+      f"{args.rows} x {args.hidden} x {args.vocab}", args.calls, args.repeats,
+      f"{'dtype':10} {'TensorFlow ms':>14} {'ours ms':>9} {'speed-up':>9}")
   plain = lambda x, table: tf.matmul(x, table, transpose_b=True)
   for dtype in (tf.float32, tf.bfloat16):
     x = tf.cast(tf.random.stateless_normal([args.rows, args.hidden], [1, 2]), dtype)
