@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from t2t_keras import cpu_info, losses, metrics, run_dir
+from t2t_keras import cpu_info, cpu_setup, losses, metrics, run_dir
 from t2t_keras import flops as flops_lib
 from t2t_keras.hparams import HParams
 from t2t_keras.optimization import T2TLearningRateSchedule, create_optimizer
@@ -218,9 +218,14 @@ class Trainer:
 
   def train_step(self, iterator: Iterator) -> Dict[str, float]:
     """One update from `accumulate_steps` micro-batches of a distributed iterator."""
-    if self._train_fn is None:
+    first = self._train_fn is None
+    if first:
       self._train_fn = self._build_train_fn()
     out = {k: float(v) for k, v in self._train_fn(iterator).items()}
+    if first:
+      # After the first step the input pipeline's kernels exist, and with them
+      # tf.data's malloc setting, which this undoes (cpu_setup.keep_freed_memory).
+      cpu_setup.keep_freed_memory()
     self.flops_seen += out["flops"]
     return out
 
