@@ -13,10 +13,11 @@ Nothing here imports TensorFlow: it must run before TensorFlow reads its
 environment.
 
 `keep_freed_memory` (called by `training.Trainer` after its first step) undoes a
-side effect of tf.data on glibc. On Python 3.11 and later, the first
-`GeneratorDataset` kernel a process builds (tf.distribute's input iterators
-build one) calls `mallopt(M_MMAP_THRESHOLD, 128 KiB)` against a memory growth in
-TensorFlow's Python 3.11 builds (tensorflow/tensorflow#62551). A fixed threshold
+side effect of tf.data on glibc. In TensorFlow 2.21 under Python 3.11, the
+first `GeneratorDataset` kernel a process builds (tf.distribute's input
+iterators build one) calls `mallopt(M_MMAP_THRESHOLD, 128 KiB)`
+(`ApplyPython311MemoryPatch`, against a memory growth under Python 3.11:
+tensorflow/tensorflow#62551). A fixed threshold
 also stops glibc's own adjustment, so from then on every block of 128 KiB or
 more (oneDNN's float32 matmul packing buffers of 2.2-16 MB, Eigen's scratch
 blocks) is a fresh `mmap` that the kernel zero-fills page by page and `munmap`s
@@ -24,7 +25,7 @@ on free: about 50-67 thousand page faults and 0.25 s of system time per float32
 transformer_base train step on a 2-core Zen 5 (`resource.getrusage`). Setting
 the thresholds where glibc's dynamic adjustment would have taken them (mmap
 above 32 MiB, its maximum; trim above 64 MiB) keeps those buffers in the heap:
-about 1,000 faults and 0.09 s a step, for some 30 MiB more resident memory.
+1,000-1,800 faults and 0.09-0.11 s a step, for some 30 MiB more resident memory.
 A user's own `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_` or
 `glibc.malloc` tunables are left in force.
 """
