@@ -106,8 +106,5 @@ def keep_freed_memory(libc=None, environ: Optional[Mapping[str, str]] = None) ->
   libc = _glibc() if libc is None else libc
   if libc is None:
     return False
-  done = (libc.mallopt(M_MMAP_THRESHOLD, KEEP_MMAP_THRESHOLD) == 1 and
+  return (libc.mallopt(M_MMAP_THRESHOLD, KEEP_MMAP_THRESHOLD) == 1 and
           libc.mallopt(M_TRIM_THRESHOLD, KEEP_TRIM_THRESHOLD) == 1)
-  _applied["malloc"] = (f"freed blocks < {KEEP_MMAP_THRESHOLD >> 20} MiB kept for reuse"
-                        if done else "mallopt refused the thresholds")
-  return done
