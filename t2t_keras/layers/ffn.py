@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from t2t_keras.layers.dense import Dense
 from t2t_keras.layers.dropout import Dropout
 from t2t_keras.layers.initializers import get_variable_initializer
 from t2t_keras.layers.layer_norm import LayerNorm
@@ -34,17 +35,17 @@ class DenseReluDense(keras.layers.Layer):
   def build(self, input_shape):
     # Names follow T2T's historical "conv1"/"conv2".
     kernel = lambda: get_variable_initializer(self.initializer, self.initializer_gain)
-    self.conv1 = keras.layers.Dense(self.filter_size, activation="relu",
-                                    kernel_initializer=kernel(), name="conv1",
-                                    dtype=self.dtype_policy)
-    self.conv2 = keras.layers.Dense(self.output_size, kernel_initializer=kernel(),
-                                    name="conv2", dtype=self.dtype_policy)
+    self.conv1 = Dense(self.filter_size, activation="relu", kernel_initializer=kernel(),
+                       name="conv1", dtype=self.dtype_policy)
+    self.conv2 = Dense(self.output_size, kernel_initializer=kernel(),
+                       name="conv2", dtype=self.dtype_policy)
     self.conv1.build(input_shape)
     self.conv2.build(tuple(input_shape[:-1]) + (self.filter_size,))
     self.dropout = Dropout(self.relu_dropout, dtype=self.dtype_policy)
 
   def call(self, x, training=None):
-    return self.conv2(self.dropout(self.conv1(x), training=training))
+    h = self.dropout(self.conv1(x, training=training), training=training)
+    return self.conv2(h, training=training)
 
   def compute_output_shape(self, input_shape):
     return tuple(input_shape[:-1]) + (self.output_size,)
