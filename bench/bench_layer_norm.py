@@ -82,11 +82,12 @@ def time_pair(steps: Dict[str, Callable[[], tf.Tensor]], calls: int,
   return {name: statistics.median(v) for name, v in rounds.items()}
 
 
-def print_preamble(shape: str, calls: int, repeats: int, header: str) -> None:
+def print_preamble(shape: str, calls: int, repeats: int, header: str,
+                   what: str = "forward + backward") -> None:
   """The CPU, the process set-up and what is timed, then the table's header."""
   print(cpu_info.describe())
   print(f"process set-up (t2t_keras.cpu_setup): {PROCESS_SETUP}; TensorFlow "
-        f"{tf.__version__}; {shape}, forward + backward, median of {repeats} alternating "
+        f"{tf.__version__}; {shape}, {what}, median of {repeats} alternating "
         f"rounds of {calls} calls")
   print(header)
   print("-" * len(header))

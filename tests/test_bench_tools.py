@@ -12,6 +12,7 @@ from tensorflow.tsl.profiler.protobuf import xplane_pb2
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "bench"))
 
+import bench_bias_grad  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_decode_bound  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_layer_norm  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_paired_train  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -186,6 +187,17 @@ def test_tied_logits_bench_steps_return_the_same_gradients():
     assert float(bench_tied_logits.make_step(matmul, x, table, dy)()) == want
   with pytest.raises(ValueError, match="--vocab must be >= 1"):
     bench_tied_logits.parse_args(["--vocab=0"])
+
+
+def test_bias_grad_bench_prints_both_errors(capsys):
+  # 2,048 rows of a positive-mean bfloat16 gradient: TensorFlow's bfloat16 sum is
+  # off by several percent, ours by at most bfloat16's rounding (2^-8).
+  bench_bias_grad.main(["--rows=2048", "--units=64", "--calls=1", "--repeats=1"])
+  row = capsys.readouterr().out.strip().splitlines()[-1].split()
+  assert row[0] == "64"
+  assert float(row[1]) > 0.02 and float(row[2]) <= 2.0 ** -8
+  with pytest.raises(ValueError, match="--rows must be >= 1"):
+    bench_bias_grad.parse_args(["--rows=0"])
 
 
 
