@@ -26,11 +26,21 @@ bfloat16, 3x with AMX; no bfloat16 target without native bfloat16.
   .venv/bin/python bench/bench_paired_train.py --mg_python=../mg-venv/bin/python
   .venv/bin/python bench/bench_paired_train.py --mg_python=../mg-venv/bin/python \
       --pairs=30 --configs=float32:eager
+
+Sittings of the same library code on the same CPU can be pooled: each writes its
+pair ratios with `--ratios_out=FILE` (with the CPU and the git tree of
+`t2t_keras/`), and `--pool=FILE,FILE,...` prints the summary over all their pairs
+without timing anything; files from another CPU or other library code are refused.
+
+  .venv/bin/python bench/bench_paired_train.py --mg_python=../mg-venv/bin/python \
+      --pairs=40 --ratios_out=work/paired1.json
+  .venv/bin/python bench/bench_paired_train.py --pool=work/paired1.json,work/paired2.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -48,8 +58,9 @@ from t2t_keras import cpu_info
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--mg_python", required=True,
-                 help="python of the Model Garden virtualenv (tf-models-official 2.20)")
+  p.add_argument("--mg_python",
+                 help="python of the Model Garden virtualenv (tf-models-official 2.20); "
+                      "required unless --pool")
   p.add_argument("--anchors", default=bench_vs_model_garden.DEFAULT_ANCHORS,
                  help="folder of the anchor scripts")
   p.add_argument("--configs", default="float32:eager,bfloat16:eager",
@@ -61,19 +72,25 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   p.add_argument("--mg_onednn", type=int, default=0,
                  help="1: Model Garden with TF_ENABLE_ONEDNN_OPTS=1 forced (0: as "
                       "TensorFlow configures it)")
+  p.add_argument("--ratios_out", help="also write the pair ratios to this JSON file")
+  p.add_argument("--pool", help="comma list of --ratios_out files: print their pooled "
+                                "summary and time nothing")
   args = p.parse_args(argv)
+  if not 0.5 <= args.confidence < 1:
+    raise ValueError(f"--confidence must be in [0.5, 1), got {args.confidence}.")
+  if args.pool:
+    args.pool = [f.strip() for f in args.pool.split(",") if f.strip()]
+    return args
   args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
   if not args.configs or set(args.configs) - set(bench_train.CONFIGS):
     raise ValueError(f"--configs must be among {bench_train.CONFIGS}, got {args.configs}.")
   if args.steps < 1:
     raise ValueError(f"--steps must be >= 1, got {args.steps}.")
-  if not 0.5 <= args.confidence < 1:
-    raise ValueError(f"--confidence must be in [0.5, 1), got {args.confidence}.")
   median_interval([1.0] * args.pairs, args.confidence)  # too few pairs fail here, not later
   args.anchor = os.path.join(args.anchors, "anchor_model_garden.py")
   if not os.path.isfile(args.anchor):
     raise ValueError(f"--anchors={args.anchors} has no anchor_model_garden.py.")
-  if not os.access(args.mg_python, os.X_OK):
+  if not args.mg_python or not os.access(args.mg_python, os.X_OK):
     raise ValueError(f"--mg_python={args.mg_python} is not an executable; see the set-up "
                      "in this script's docstring.")
   return args
@@ -193,6 +210,55 @@ def run(args) -> Dict[str, List[float]]:
   return ratios
 
 
+def library_tree() -> str:
+  """Git tree hash of `t2t_keras/` at HEAD: which library code a sitting timed."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  try:
+    out = subprocess.run(["git", "-C", root, "rev-parse", "HEAD:t2t_keras"],
+                         capture_output=True, text=True, check=True)
+  except (OSError, subprocess.CalledProcessError):
+    return "unknown"
+  return out.stdout.strip()
+
+
+def write_ratios(path: str, ratios: Dict[str, List[float]], cpu: str, tree: str) -> None:
+  """The pair ratios as JSON, written to a temporary name, then renamed."""
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
+    json.dump({"cpu": cpu, "library_tree": tree, "ratios": ratios}, f, indent=1)
+  os.replace(tmp, path)
+
+
+def pool(paths: Sequence[str], cpu: str) -> Dict[str, List[float]]:
+  """The pair ratios of several --ratios_out files, all from `cpu` and one library tree.
+
+  `cpu` is this machine's (`cpu_info.describe()`): the targets depend on it.
+  """
+  if len(paths) < 2:
+    raise ValueError(f"--pool needs at least two files, got {list(paths)}.")
+  sittings = []
+  for path in paths:
+    try:
+      with open(path) as f:
+        sittings.append(json.load(f))
+    except (OSError, ValueError) as e:
+      raise ValueError(f"--pool: cannot read {path}: {e}") from e
+  for key in ("cpu", "library_tree"):
+    seen = {path: s.get(key) for path, s in zip(paths, sittings)}
+    if len(set(seen.values())) != 1 or "unknown" in seen.values():
+      raise ValueError(f"--pool: the files differ in (or lack) {key}, so their pairs did "
+                       f"not time the same thing: {seen}")
+  if sittings[0]["cpu"] != cpu:
+    raise ValueError(f"--pool: the files were timed on {sittings[0]['cpu']!r}, this machine "
+                     f"is {cpu!r}; pool them where they were timed (the targets depend on "
+                     "the CPU).")
+  configs = list(sittings[0]["ratios"])
+  if any(list(s["ratios"]) != configs for s in sittings):
+    raise ValueError(f"--pool: the files time different configurations: "
+                     f"{[list(s['ratios']) for s in sittings]}")
+  return {c: [r for s in sittings for r in s["ratios"][c]] for c in configs}
+
+
 def print_summary(ratios: Dict[str, List[float]], confidence: float) -> None:
   print(f"\nratio to Model Garden's float32 graph (its speed in tokens/s), median of "
         f"{len(next(iter(ratios.values())))} pairs, interval for the median:")
@@ -206,8 +272,16 @@ def print_summary(ratios: Dict[str, List[float]], confidence: float) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
   args = parse_args(sys.argv[1:] if argv is None else argv)
+  if args.pool:
+    ratios = pool(args.pool, cpu_info.describe())
+    print(f"pooled over {len(args.pool)} sittings: {', '.join(args.pool)}")
+    print_summary(ratios, args.confidence)
+    return
   print(f"CPU: {cpu_info.describe()}", flush=True)
-  print_summary(run(args), args.confidence)
+  ratios = run(args)
+  if args.ratios_out:
+    write_ratios(args.ratios_out, ratios, cpu_info.describe(), library_tree())
+  print_summary(ratios, args.confidence)
 
 
 if __name__ == "__main__":

@@ -189,6 +189,31 @@ def test_tied_logits_bench_steps_return_the_same_gradients():
     bench_tied_logits.parse_args(["--vocab=0"])
 
 
+def test_paired_sittings_pool_only_the_same_code_on_the_same_cpu(tmp_path):
+  cpu, tree = "AMD EPYC (family 26 model 2)", "abc123"
+  paths = []
+  for k, ratios in enumerate(([1.9, 2.1, 2.2], [2.0, 2.3])):
+    path = str(tmp_path / f"s{k}.json")
+    bench_paired_train.write_ratios(path, {"bfloat16:eager": ratios}, cpu, tree)
+    paths.append(path)
+  assert sorted(os.listdir(tmp_path)) == ["s0.json", "s1.json"]  # no temporary left
+  assert bench_paired_train.pool(paths, cpu) == {"bfloat16:eager": [1.9, 2.1, 2.2, 2.0, 2.3]}
+  with pytest.raises(ValueError, match="this machine"):
+    bench_paired_train.pool(paths, "Intel Xeon")
+  with pytest.raises(ValueError, match="at least two"):
+    bench_paired_train.pool(paths[:1], cpu)
+  other = str(tmp_path / "other.json")
+  bench_paired_train.write_ratios(other, {"bfloat16:eager": [2.5] * 3}, cpu, "def456")
+  with pytest.raises(ValueError, match="library_tree"):
+    bench_paired_train.pool(paths + [other], cpu)
+  bench_paired_train.write_ratios(other, {"float32:eager": [1.2] * 3}, cpu, tree)
+  with pytest.raises(ValueError, match="different configurations"):
+    bench_paired_train.pool(paths + [other], cpu)
+  # Pooling needs no Model Garden virtualenv.
+  assert bench_paired_train.parse_args([f"--pool={paths[0]},{paths[1]}"]).pool == paths
+  assert bench_paired_train.library_tree() != ""
+
+
 def test_bias_grad_bench_prints_both_errors(capsys):
   # 2,048 rows of a positive-mean bfloat16 gradient: TensorFlow's bfloat16 sum is
   # off by several percent, ours by at most bfloat16's rounding (2^-8).
