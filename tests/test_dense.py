@@ -95,7 +95,7 @@ def test_dense_relu_dense_bias_gradients_in_mixed_bfloat16():
   """Both biases of T2T's feed-forward block against a float64 port of its gradient."""
   keras.utils.set_random_seed(3)
   rows, depth, filters = 2048, 64, 256
-  block = DenseReluDense(filters, depth, relu_dropout=0.0, dtype="mixed_bfloat16")
+  block = DenseReluDense(filters, depth, relu_dropout=0.0, dtype="mixed_bfloat16", name="ffn")
   block.build((None, None, depth))
   block.conv1.bias.assign(np.full(filters, 0.05, np.float32))
   rng = np.random.default_rng(4)
@@ -111,7 +111,7 @@ def test_dense_relu_dense_bias_gradients_in_mixed_bfloat16():
   w2 = bf16(block.conv2.kernel.numpy())
   h = bf16(bf16(bf16(x.reshape(rows, depth)) @ w1) + b1)
   dh = bf16(dy.reshape(rows, depth) @ w2.T) * (h > 0)
-  assert relative_error(grads["dense_relu_dense/conv2/bias"], dy.reshape(rows, depth).sum(0)) \
+  assert relative_error(grads["ffn/conv2/bias"], dy.reshape(rows, depth).sum(0)) \
       <= ROUNDING
   # dh's matmul may round differently from NumPy's in a few entries: allow a little more.
-  assert relative_error(grads["dense_relu_dense/conv1/bias"], dh.sum(0)) <= 2 * ROUNDING
+  assert relative_error(grads["ffn/conv1/bias"], dh.sum(0)) <= 2 * ROUNDING
