@@ -49,7 +49,8 @@ def main(argv: List[str]) -> None:
       f"bfloat16 [{args.rows}, units]", args.calls, args.repeats,
       f"{'units':>6} {'BiasAddGrad err':>16} {'ours err':>9} {'BiasAddGrad ms':>15} "
       f"{'ours ms':>8} {'speed-up':>9}", what="the bias gradient alone")
-  grads = {"tensorflow": lambda dy: tf.raw_ops.BiasAddGrad(out_backprop=dy), "ours": dense.bias_gradient}
+  grads = {"tensorflow": lambda dy: tf.raw_ops.BiasAddGrad(out_backprop=dy),
+           "ours": dense.bias_gradient}
   for units in args.units:
     # A positive mean: column sums grow with the rows, as a bfloat16 accumulator fails.
     dy = tf.cast(tf.random.stateless_normal([args.rows, units], [1, 2]) + 0.5, tf.bfloat16)
