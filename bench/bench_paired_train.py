@@ -53,6 +53,7 @@ import bench_train  # noqa: E402  (sets the process up for our commands before T
 import bench_vs_model_garden
 import mg_train_worker
 
+from data_gen import file_io
 from t2t_keras import cpu_info
 
 
@@ -222,11 +223,9 @@ def library_tree() -> str:
 
 
 def write_ratios(path: str, ratios: Dict[str, List[float]], cpu: str, tree: str) -> None:
-  """The pair ratios as JSON, written to a temporary name, then renamed."""
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w") as f:
+  """The pair ratios as JSON (`file_io.atomic_open`: no half-written file)."""
+  with file_io.atomic_open(path) as f:
     json.dump({"cpu": cpu, "library_tree": tree, "ratios": ratios}, f, indent=1)
-  os.replace(tmp, path)
 
 
 def pool(paths: Sequence[str], cpu: str) -> Dict[str, List[float]]:
