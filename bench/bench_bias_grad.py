@@ -1,4 +1,4 @@
-"""The bias gradient in bfloat16: TensorFlow's `BiasAddGrad` against `dense.bias_add`'s `ones·dy`.
+"""The bias gradient in bfloat16: TensorFlow's `BiasAddGrad` against `dense.bias_gradient`.
 
 For each shape of transformer_base's feed-forward block (`[rows, filter_size]`
 and `[rows, hidden]`), prints the error of each bias gradient against the

@@ -1,12 +1,22 @@
 """Shared pytest fixtures: small fake Ding / Bible sources and parallel text files.
 
 Fixture names start with `fake_` so they do not clash with other modules' fixtures.
+
+Before anything imports TensorFlow, the process gets the set-up every command
+applies (`t2t_keras.cpu_setup`: oneDNN on x86-64 unless the user chose), so that
+tests run the kernels, and get the numerics, of the commands they stand for. On
+AVX2-only CPUs TensorFlow would otherwise leave oneDNN off in-process while the
+commands turn it on.
 """
 
 import os
 import sqlite3
 
-import pytest
+from t2t_keras import cpu_setup
+
+cpu_setup.configure_process()
+
+import pytest  # noqa: E402  pylint: disable=g-import-not-at-top
 
 # Ding-format fixture: (German, English) sentence pairs that must be kept, in order.
 FAKE_DING_KEPT = [

@@ -215,12 +215,16 @@ def test_paired_sittings_pool_only_the_same_code_on_the_same_cpu(tmp_path):
 
 
 def test_bias_grad_bench_prints_both_errors(capsys):
-  # 2,048 rows of a positive-mean bfloat16 gradient: TensorFlow's bfloat16 sum is
-  # off by several percent, ours by at most bfloat16's rounding (2^-8).
+  # 2,048 rows of a positive-mean bfloat16 gradient: ours is within one bfloat16
+  # rounding (2^-8) of the largest sum, plus float32's accumulation error (2047 * 2^-24
+  # of the sum of magnitudes, about 2 sums here: tests/test_dense.py derives it) on
+  # any CPU. TensorFlow's error is printed for the reader; its size depends on the
+  # CPU's kernels, so it is only checked to be a number.
   bench_bias_grad.main(["--rows=2048", "--units=64", "--calls=1", "--repeats=1"])
   row = capsys.readouterr().out.strip().splitlines()[-1].split()
   assert row[0] == "64"
-  assert float(row[1]) > 0.02 and float(row[2]) <= 2.0 ** -8
+  assert 0.0 <= float(row[1]) < float("inf")
+  assert float(row[2]) <= 2.0 ** -8 + 2 * 2047 * 2.0 ** -24
   with pytest.raises(ValueError, match="--rows must be >= 1"):
     bench_bias_grad.parse_args(["--rows=0"])
 
