@@ -13,7 +13,20 @@ DEMO_START := $(shell date +%s)
 
 .PHONY: install test demo corpora clean-venv
 
+# The supported Pythons are setup.py's python_requires (read from there, one source):
+# checked before anything is installed, with one line that says how to pick another.
+PY_RANGE_CHECK := import re, sys; \
+  lo, hi = re.search(r"python_requires=.>=([0-9.]+),<([0-9.]+).", open("setup.py").read()).groups(); \
+  v = sys.version_info[:2]; key = lambda s: tuple(map(int, s.split("."))); \
+  ok = key(lo) <= v < key(hi); \
+  ok or print("make: %s is Python %d.%d; t2t-keras needs >=%s,<%s (the Pythons TensorFlow 2.21 " \
+              "publishes wheels for). Pick another interpreter: make PYTHON=python3.12 " \
+              "(or a full path), or install one (pyenv, apt)." % (sys.executable, *v, lo, hi)); \
+  sys.exit(0 if ok else 1)
+
 $(STAMP): setup.py
+	@command -v $(PYTHON) >/dev/null || { echo "make: PYTHON=$(PYTHON) is not a command. Pick an installed interpreter: make PYTHON=python3.12 (or a full path)."; exit 1; }
+	@$(PYTHON) -c '$(PY_RANGE_CHECK)'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test,viz]"

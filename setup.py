@@ -22,7 +22,9 @@ setup(
     description="The Transformer of 'Attention Is All You Need', faithful to Tensor2Tensor, "
                 "on TensorFlow 2.21 and Keras 3.",
     packages=find_packages(include=["t2t_keras", "t2t_keras.*", "data_gen", "data_gen.*"]),
-    python_requires=">=3.10,<3.13",
+    # TensorFlow 2.21 and tensorflow-text 2.21 publish wheels for CPython 3.10-3.13.
+    # The Makefile reads this line to check the interpreter before installing.
+    python_requires=">=3.10,<3.14",
     install_requires=[
         "tensorflow==2.21.*",
         "keras>=3.10,<4",
