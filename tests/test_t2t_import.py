@@ -21,9 +21,8 @@ from t2t_keras import t2t_import
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
-T2T_RUN = (pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" /
-           "t2t_transformer_test_ckpt").resolve()
-needs_t2t_run = pytest.mark.skipif(not T2T_RUN.is_dir(), reason=f"{T2T_RUN} is absent")
+# The checkpoint T2T itself wrote (Apache-2.0, Google LLC; see its README.md).
+T2T_RUN = pathlib.Path(__file__).resolve().parent / "data" / "t2t_transformer_test_ckpt"
 VOCAB = "vocab.translate_ende_wmt8k.8192.subwords"
 DE_TOK = 8  # T2T's SpaceID.DE_TOK: the only target-space row the T2T step updated
 SENTENCES = [("Hello world.", "Hallo Welt."),
@@ -50,8 +49,6 @@ def _assert_close(got, want, rtol=1e-5):
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
   """The real T2T run imported with the CLI: (run_dir, CLI stdout)."""
-  if not T2T_RUN.is_dir():
-    pytest.skip(f"{T2T_RUN} is absent")
   run_dir = str(tmp_path_factory.mktemp("import") / "run")
   result = subprocess.run([sys.executable, "-m", "t2t_keras.cli.import_checkpoint",
                            f"--t2t_output_dir={T2T_RUN}", f"--output_dir={run_dir}"],
@@ -79,7 +76,6 @@ def _ids(encoders, texts, side="inputs"):
 # The real T2T checkpoint.
 
 
-@needs_t2t_run
 def test_imported_run_layout_and_logits_equal_numpy_t2t(imported, loaded):
   run_dir, stdout = imported
   model, hp, problem_name, spec, encoders = loaded
@@ -98,7 +94,6 @@ def test_imported_run_layout_and_logits_equal_numpy_t2t(imported, loaded):
   _assert_close(got, _reference().logits(inputs, targets))
 
 
-@needs_t2t_run
 def test_decoder_score_file_equals_numpy_log_probs(imported, loaded, tmp_path):
   run_dir = imported[0]
   encoders = loaded[4]
@@ -116,7 +111,6 @@ def test_decoder_score_file_equals_numpy_log_probs(imported, loaded, tmp_path):
   np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
-@needs_t2t_run
 def test_exported_beam_search_equals_numpy_t2t_beam_search_per_sentence(imported, loaded,
                                                                          tmp_path):
   """Beam 4 through the SavedModel, each sentence alone == the NumPy port of T2T's
@@ -160,7 +154,6 @@ def _write_tfrecord(path, pairs):
           features=tf.train.Features(feature=feature)).SerializeToString())
 
 
-@needs_t2t_run
 def test_trainer_fine_tunes_the_imported_run_from_t2t_step(imported, tmp_path):
   src = str(tmp_path / "run")
   shutil.copytree(imported[0], src)
@@ -331,8 +324,6 @@ def test_unimplemented_t2t_hparams_are_refused_by_name_and_value(tmp_path):
   with pytest.raises(ValueError, match=r"sampling_temp=0\.5 is a decoding setting.*"
                                        r"--decode_hparams=sampling_temp=0\.5"):
     t2t_import.hparams_from_t2t(dict(defaults, sampling_temp=0.5))
-  if not T2T_RUN.is_dir():
-    return
   # The CLI leaves nothing behind when the run cannot be imported.
   t2t_dir = tmp_path / "t2t"
   shutil.copytree(T2T_RUN, t2t_dir)
