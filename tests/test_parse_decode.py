@@ -1,7 +1,8 @@
 """t2t_keras_decoder on a parsing problem: EVALB F1 against the gold trees.
 
-A parsing_english_ptb8k data set is generated from copies of one WSJ sample
-file laid out as sections 02 / 22 / 23, a tiny model is trained for a few
+A parsing_english_ptb8k data set is generated from copies of one file of the
+hand-written treebank-format sample (tests/data/ptb_sample, 7 trees) laid out as
+sections 02 / 22 / 23, a tiny model is trained for a few
 steps, and the decoder's F1 on the test split must equal what
 t2t_keras_parse_eval computes from the decoder's own output file, with every
 output line repaired into a valid tree over the gold words.
@@ -18,14 +19,11 @@ import pytest
 import tensorflow as tf
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SAMPLE_DIR = REPO.parent / "shared" / "data" / "ptb_wsj_sample"
+SAMPLE_DIR = REPO / "tests" / "data" / "ptb_sample"
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO))
 PROBLEM = "parsing_english_ptb8k"
 TINY = ("num_hidden_layers=1,hidden_size=32,filter_size=64,num_heads=2,batch_size=1024,"
         "max_length=256")
-
-pytestmark = pytest.mark.skipif(not SAMPLE_DIR.is_dir(),
-                                reason=f"WSJ sample not at {SAMPLE_DIR}")
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +73,7 @@ def test_decoder_prints_evalb_f1_equal_to_parse_eval(parse_run, tmp_path):
   got = re.search(r"EVALB \(COLLINS\.prm\) against (\S+): (P = .*)", stdout)
   assert got and got.group(1) == gold, stdout
   n_gold = len(pathlib.Path(gold).read_text(encoding="utf-8").splitlines())
-  assert n_gold > 5
+  assert n_gold == 7  # the trees of wsj_0003.mrg
   assert len(out.read_text(encoding="utf-8").splitlines()) == n_gold
   trees = tmp_path / "test.trees"
   want = _run("t2t_keras.cli.parse_eval", f"--gold={gold}", f"--test={out}",

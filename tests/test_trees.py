@@ -12,9 +12,12 @@ from hypothesis import strategies as st
 from data_gen import trees
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SAMPLE_DIR = REPO.parent / "shared" / "data" / "ptb_wsj_sample"
-needs_sample = pytest.mark.skipif(not SAMPLE_DIR.is_dir(),
-                                  reason=f"WSJ sample not at {SAMPLE_DIR}")
+# Trees written for these tests in the Penn Treebank `.mrg` format (see its README).
+SAMPLE_DIR = REPO / "tests" / "data" / "ptb_sample"
+# Counted by hand: {file number: (trees, words without -NONE- elements)}.
+SAMPLE_COUNTS = {1: (3, 42), 2: (2, 27), 3: (7, 55), 180: (3, 30), 181: (2, 18),
+                 190: (2, 17)}
+SAMPLE_TREES = sum(t for t, _ in SAMPLE_COUNTS.values())  # 19
 
 CAT = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))"
 
@@ -93,7 +96,30 @@ def _sample_files():
   return sorted(SAMPLE_DIR.glob("wsj_*.mrg"))
 
 
-@needs_sample
+def test_sample_has_the_treebank_features_the_tests_rely_on():
+  """The hand-written sample keeps the `.mrg` features real treebank files have."""
+  files = _sample_files()
+  assert [int(p.stem[4:]) for p in files] == sorted(SAMPLE_COUNTS)
+  text = "".join(p.read_text(encoding="utf-8") for p in files)
+  for feature in ["\n( (S \n    (", "(NP-SBJ ", "(NP-SBJ-1 ", "(PP-CLR ", "(NP-TMP ",
+                  "(S-TPC-1 ", "(NP=2 ", "(ADVP|PRT ", "(-NONE- *T*-1)", "(-NONE- *-2)",
+                  "(-NONE- 0)", "(-NONE- *U*)", "(-NONE- *)", "(-NONE- *EXP*-1)",
+                  "(, ,)", "(. .)", "(. ?)", "(: :)", "(`` ``)", "('' '')",
+                  "(-LRB- -LRB-)", "(-RRB- -RRB-)", "($ $)"]:
+    assert feature in text, feature
+  # A constituent holding nothing but empty elements: cleaning removes it whole.
+  assert "(SBAR (-NONE- 0) \n        (S (-NONE- *T*-1) ))" in text
+
+
+def test_cleaning_a_sample_tree_by_hand():
+  # wsj_0180's first tree: S-TPC-1 -> S, NP-SBJ -> NP, ADVP-MNR -> ADVP, PP-TMP -> PP;
+  # (SBAR (-NONE- 0) (S (-NONE- *T*-1))) holds no word and goes whole.
+  tree = trees.read_mrg_file(str(SAMPLE_DIR / "wsj_0180.mrg"))[0]
+  assert trees.tree_to_string(trees.clean_tree(tree)) == (
+      "(TOP (S (S (NP (NNS Prices)) (VP (VBD fell) (ADVP (RB sharply)) (PP (IN on) "
+      "(NP (NNP Friday))))) (, ,) (NP (NNS traders)) (VP (VBD said)) (. .)))")
+
+
 def test_round_trip_is_identity_on_every_sample_tree():
   count, words_by_regex, words_seen = 0, 0, 0
   labels = set()
@@ -102,8 +128,10 @@ def test_round_trip_is_identity_on_every_sample_tree():
     file_trees = trees.parse_trees(text)
     assert len(file_trees) == count_trees_by_text(path)
     # Independent word count: every `(TAG word)` whose tag is not -NONE-.
-    words_by_regex += sum(1 for tag, _ in re.findall(r"\(([^\s()]+) ([^\s()]+)\)",
-                                                     text) if tag != "-NONE-")
+    file_words = sum(1 for tag, _ in re.findall(r"\(([^\s()]+) ([^\s()]+)\)", text)
+                     if tag != "-NONE-")
+    assert (len(file_trees), file_words) == SAMPLE_COUNTS[int(path.stem[4:])], path
+    words_by_regex += file_words
     for tree in file_trees:
       count += 1
       clean = trees.clean_tree(tree)
@@ -115,8 +143,8 @@ def test_round_trip_is_identity_on_every_sample_tree():
       labels.update(t for t in tags if not t.startswith("/"))
       rebuilt = trees.delinearize(" ".join(tags), " ".join(words))
       assert trees.tree_to_string(rebuilt) == line
-  assert count == 3914
-  assert words_seen == words_by_regex
+  assert count == SAMPLE_TREES
+  assert words_seen == words_by_regex == 189
   # Cleaned labels are plain PTB labels (ADVP|PRT is the treebank's own
   # ambiguity label) with no function tags or indices left.
   assert labels <= trees.PTB_POS_TAGS | trees.PTB_PHRASE_LABELS | {"ADVP|PRT"}

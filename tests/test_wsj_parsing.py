@@ -9,7 +9,7 @@ import pytest
 from data_gen import registry
 from data_gen import trees
 from data_gen import wsj_parsing as wp
-from tests.test_trees import CAT, REPO, SAMPLE_DIR, count_trees_by_text, needs_sample
+from tests.test_trees import CAT, REPO, SAMPLE_COUNTS, SAMPLE_DIR, count_trees_by_text
 
 
 # ---- splits and problems --------------------------------------------------
@@ -27,13 +27,11 @@ def test_problems_are_registered():
   assert (p8.input_space_id, p8.target_space_id) == (3, 15)
 
 
-@needs_sample
 def test_sample_split_sizes_by_file():
-  want = {}
-  for split, numbers in wp.SAMPLE_FILES.items():
-    want[split] = sum(count_trees_by_text(SAMPLE_DIR / f"wsj_{n:04d}.mrg")
-                      for n in numbers)
-  assert sum(want.values()) == 3914
+  # Hand counts of the sample's files (wsj_0001-0003 train, 0180-0181 dev, 0190 test).
+  want = {split: sum(SAMPLE_COUNTS[n][0] for n in numbers if n in SAMPLE_COUNTS)
+          for split, numbers in wp.SAMPLE_FILES.items()}
+  assert want == {"train": 12, "dev": 5, "test": 2}
   problem = registry.problem("parsing_english_ptb_sample")
   for split in ("train", "dev", "test"):
     samples = list(problem.generate_samples(None, str(SAMPLE_DIR), split))
@@ -44,7 +42,6 @@ def test_sample_split_sizes_by_file():
           if t in trees.PTB_POS_TAGS)
 
 
-@needs_sample
 def test_full_wsj_layout_split_by_section(tmp_path):
   src = SAMPLE_DIR / "wsj_0001.mrg"
   layout = {"parsed/mrg/wsj/02/wsj_0201.mrg": "train",
@@ -83,7 +80,6 @@ def test_split_errors(tmp_path):
     wp.split_files(str(tmp_path), "test")
 
 
-@needs_sample
 def test_gold_trees_file_matches_cleaned_trees(tmp_path):
   problem = registry.problem("parsing_english_ptb_sample")
   samples = list(problem.generate_samples(None, str(SAMPLE_DIR), "dev"))
@@ -93,7 +89,7 @@ def test_gold_trees_file_matches_cleaned_trees(tmp_path):
       f.writelines(s[side] + "\n" for s in samples)
   assert problem.write_gold_trees(str(tmp_path), "dev") == len(samples)
   want = [trees.tree_to_string(trees.clean_tree(t))
-          for n in wp.SAMPLE_FILES["dev"]
+          for n in wp.SAMPLE_FILES["dev"] if n in SAMPLE_COUNTS
           for t in trees.read_mrg_file(str(SAMPLE_DIR / f"wsj_{n:04d}.mrg"))]
   gold = pathlib.Path(problem.gold_trees_file(str(tmp_path), "dev"))
   assert gold.name == "parsing_english_ptb_sample.dev.trees"
