@@ -30,6 +30,13 @@ setup(
         "keras>=3.10,<4",
         "tensorflow-text==2.21.*",
         "tensorflow-datasets==4.9.*",
+        # tensorflow-datasets 4.9 imports importlib_resources in every builder (the WMT ones
+        # too) but declares it only for Python < 3.9, and etils no longer brings it.
+        # Its importlib_resources.abc.Traversable is in every 5.x and later.
+        "importlib_resources>=5.0",
+        # tensorflow-datasets downloads with requests; the WMT problems catch its errors
+        # to report a failed download in one line.
+        "requests>=2.19",
         "sacrebleu>=2.3,<3",
         "absl-py>=2.1",
         # tf.summary needs TensorBoard, which TensorFlow 2.21 no longer installs.

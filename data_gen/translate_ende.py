@@ -6,7 +6,7 @@
   test = Ding pairs with md5(English) % 50 == 0 + Mark (book 41);
   dev = md5 % 50 == 1 + Jude (book 65); train = the rest.
 * `translate_ende_wmt32k` (and its 8k twin `translate_ende_wmt8k`): WMT14 through
-  tensorflow-datasets (needs internet),
+  tensorflow-datasets (needs internet once; downloads under --tmp_dir),
   2^15 vocab sampled from ≈1 MB of evenly spaced lines per source.
 """
 
@@ -192,10 +192,39 @@ class TranslateEndeDingBible8k(Text2TextProblem):
 
 
 # ---- WMT14 through tensorflow-datasets ----------------------------------------------
+class DownloadFailedError(ValueError):
+  """A WMT archive could not be downloaded (no internet, a proxy refusing, an HTTP error)."""
+
+
+def _network_errors() -> tuple:
+  """Exception types of a failed download in tfds (requests, urllib for ftp, HTTP status)."""
+  import urllib.error  # pylint: disable=g-import-not-at-top
+  import requests  # pylint: disable=g-import-not-at-top
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  return (requests.exceptions.RequestException, urllib.error.URLError, tfds.download.DownloadError)
+
+
+def _describe_network_error(e: BaseException) -> str:
+  """One short line: what failed for which URL (requests' own messages run to 300 characters)."""
+  request = getattr(e, "request", None)
+  url = getattr(request, "url", None)
+  if url:
+    return "%s for %s" % (type(e).__name__, url)
+  return " ".join(str(e).split()).rstrip(".") or type(e).__name__
+
+
 class TfdsTranslateProblem(Text2TextProblem):
-  """Translation problem read from a tensorflow-datasets WMT config (needs internet).
+  """Translation problem read from a tensorflow-datasets WMT config (needs internet once).
 
   Splits: train, dev = tfds "validation" (newstest2013), test = tfds "test" (newstest2014).
+
+  Everything tensorflow-datasets writes goes under `tmp_dir` (datagen's --tmp_dir),
+  never to ~/tensorflow_datasets:
+    <tmp_dir>/downloads/             the downloaded archives (and extracted/ beside them)
+    <tmp_dir>/tensorflow_datasets/   tfds's prepared dataset, shared by the 8k and 32k problems
+  Without internet, copy the archives the error names (the files tfds downloads from
+  statmt.org, under their own names, e.g. dev.tgz) into `tmp_dir` itself: tfds reads
+  them from there (its manual_dir) after checking their registered checksums.
   """
 
   tfds_name = ""
@@ -204,24 +233,58 @@ class TfdsTranslateProblem(Text2TextProblem):
   _TFDS_SPLITS = {DatasetSplit.TRAIN: "train", DatasetSplit.EVAL: "validation",
                   DatasetSplit.TEST: "test"}
 
-  def __init__(self, tfds_data_dir: Optional[str] = None):
-    self.tfds_data_dir = tfds_data_dir
+  def __init__(self):
+    self._builders = {}
 
-  def _load(self, split: str):
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    return tfds.load(self.tfds_name, split=self._TFDS_SPLITS[split],
-                     data_dir=self.tfds_data_dir, shuffle_files=False)
+  def tfds_builder(self, tmp_dir: str):
+    """The tfds builder, downloaded and prepared under `tmp_dir` (see the class docstring).
+
+    Raises:
+      DownloadFailedError: an archive could not be downloaded; names the archives
+        to copy into `tmp_dir` instead.
+    """
+    tmp_dir = os.path.abspath(os.path.expanduser(tmp_dir))
+    if tmp_dir not in self._builders:
+      import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+      builder = tfds.builder(self.tfds_name, data_dir=os.path.join(tmp_dir, "tensorflow_datasets"))
+      try:
+        builder.download_and_prepare(
+            download_dir=os.path.join(tmp_dir, "downloads"),
+            download_config=tfds.download.DownloadConfig(manual_dir=tmp_dir))
+      except _network_errors() as e:
+        raise DownloadFailedError(
+            "downloading WMT for %s (tensorflow-datasets %s) needs internet and failed: %s. "
+            "Without internet, copy %s into --tmp_dir %s and rerun"
+            % (self.name, self.tfds_name, _describe_network_error(e),
+               ", ".join(self.archive_names(builder)), tmp_dir)) from e
+      self._builders[tmp_dir] = builder
+    return self._builders[tmp_dir]
+
+  @staticmethod
+  def archive_names(builder) -> List[str]:
+    """File names of the archives tfds downloads for `builder`'s config (e.g. dev.tgz)."""
+    from tensorflow_datasets.translate import wmt  # pylint: disable=g-import-not-at-top
+    source = builder.builder_config.language_pair[0]
+    names = set()
+    for subsets in builder.subsets.values():
+      for name in subsets:
+        names.update(os.path.basename(url) for url in wmt.DATASET_MAP[name].get_url(source))
+    return sorted(names)
+
+  def _load(self, tmp_dir: str, split: str):
+    return self.tfds_builder(tmp_dir).as_dataset(split=self._TFDS_SPLITS[split],
+                                                 shuffle_files=False)
 
   def generate_samples(self, data_dir: str, tmp_dir: str, split: str) -> Iterator[Dict[str, str]]:
-    del data_dir, tmp_dir
+    del data_dir
     src, tgt = self.source_lang, self.target_lang
-    for ex in self._load(split).prefetch(1024).as_numpy_iterator():
+    for ex in self._load(tmp_dir, split).prefetch(1024).as_numpy_iterator():
       yield {"inputs": ex[src].decode("utf-8").strip(), "targets": ex[tgt].decode("utf-8").strip()}
 
   def generate_text_for_vocab(self, data_dir: str, tmp_dir: str,
                               side: Optional[str] = None) -> Iterator[str]:
     """≈1 MB × num_vocab_sources of evenly spaced training lines per language."""
-    ds = self._load(DatasetSplit.TRAIN)
+    ds = self._load(tmp_dir, DatasetSplit.TRAIN)
     budget = 1e6 * self.num_vocab_sources
     head = list(ds.take(1000).as_numpy_iterator())
     if not head:

@@ -2,7 +2,9 @@
 
 T2T's train set is commoncrawl, europarl-v7, news-commentary, giga-fren and
 UN; tfds `wmt14_translate/fr-en` holds the same WMT14 corpora. Dev is
-newstest2013, test newstest2014. Needs internet the first time.
+newstest2013, test newstest2014. Needs internet the first time; tfds downloads
+and prepares under --tmp_dir, and archives copied into --tmp_dir are used instead
+of downloading them (see `TfdsTranslateProblem`).
 """
 
 from data_gen.problem import SpaceID
