@@ -106,7 +106,9 @@ def run(argv) -> int:
                                    progress=_progress)
   except ValueError as e:
     print("t2t_keras_datagen: error: %s" % e, file=sys.stderr)
-    return 1
+    # A failed WMT download (no internet) can only come from data_gen.translate_ende once loaded.
+    wmt = sys.modules.get("data_gen.translate_ende")
+    return 2 if wmt is not None and isinstance(e, wmt.DownloadFailedError) else 1
   except OSError as e:  # e.g. a full disk; the unfinished split's files were removed
     hint = " (disk full: free space in %s and rerun)" % FLAGS.data_dir if (
         e.errno == errno.ENOSPC) else ""
