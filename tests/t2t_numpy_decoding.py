@@ -1,6 +1,6 @@
 """Independent NumPy port of T2T's decoding for ONE sentence (batch 1).
 
-Written from `/work/shared/reference/t2t_reference.md` (sections 1.8 and 2),
+Written from a description of T2T's `beam_search.py` and greedy decoding loop,
 not from t2t_keras, so tests can check that t2t_keras decodes a sentence as
 T2T would. It does not import t2t_keras and keeps T2T's own bookkeeping
 (growing id arrays, `-INF` score offsets, `top_k` with lower-index-first ties)
