@@ -1,9 +1,10 @@
 """Every flagfile in flags/ parses for the trainer, the decoder and the exporter.
 
 Each command is imported alone in a fresh process (so it has exactly the flags it
-defines: a flag one of them lacks makes absl raise) and parses every flagfile into
-a fresh copy of its flags; the problem must be registered and the hparams and
-decode_hparams strings must build.
+defines) and parses every flagfile as its command line would (common_flags.parse_flags:
+an experiment flag the command does not read is ignored, any other flag it lacks
+makes it exit); the problem must be registered and the hparams and decode_hparams
+strings must build.
 """
 
 import json
@@ -24,24 +25,23 @@ CLIS = {"t2t_keras_trainer": "t2t_keras.cli.trainer",
         "t2t_keras_decoder": "t2t_keras.cli.decoder",
         "t2t_keras_exporter": "t2t_keras.cli.exporter"}
 
-# Run in the child: parse each flagfile into a fresh copy of the command's flags.
+# Run in the child: parse each flagfile as the command does, from its defaults.
 _PARSE_ALL = """
-import copy, importlib, json, sys
+import contextlib, importlib, io, json, sys
 from absl import flags
-importlib.import_module(sys.argv[1])
+from t2t_keras.cli import common_flags
+module = importlib.import_module(sys.argv[1])
 out = {}
 for path in sys.argv[2:]:
-  fv = flags.FlagValues()
-  for module_flags in flags.FLAGS.flags_by_module_dict().values():
-    for flag in module_flags:
-      if flag.name not in fv:
-        fv[flag.name] = copy.deepcopy(flag)
+  flags.FLAGS.unparse_flags()
+  err = io.StringIO()
   try:
-    fv(["prog", "--flagfile=" + path])
-  except flags.Error as e:
-    out[path] = {"error": str(e)}
+    with contextlib.redirect_stderr(err):
+      common_flags.parse_flags(["prog", "--flagfile=" + path], module)
+  except SystemExit as e:
+    out[path] = {"error": f"exit {e.code}: {err.getvalue()}"}
     continue
-  out[path] = {name: fv[name].value for name in
+  out[path] = {name: flags.FLAGS[name].value for name in
                ("problem", "hparams_set", "hparams", "decode_hparams")}
 print(json.dumps(out))
 """

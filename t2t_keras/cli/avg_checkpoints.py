@@ -1,4 +1,4 @@
-"""t2t_keras_avg_checkpoints: average the last N checkpoints (T2T's avg_checkpoints.py).
+r"""t2t_keras_avg_checkpoints: average the last N checkpoints (T2T's avg_checkpoints.py).
 
   t2t_keras_avg_checkpoints --prefix=$TRAIN_DIR --num_last_checkpoints=20 \
       --output_path=$TRAIN_DIR/averaged/averaged.ckpt

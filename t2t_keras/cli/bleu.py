@@ -1,4 +1,4 @@
-"""t2t_keras_bleu: corpus BLEU of a translation file against a reference.
+r"""t2t_keras_bleu: corpus BLEU of a translation file against a reference.
 
   t2t_keras_bleu --translation=newstest2014.de.decoded \
       --reference=newstest2014.de --bleu_variant=all --tokenize=intl
@@ -17,6 +17,7 @@ from absl import flags
 
 from data_gen import file_io
 from t2t_keras import bleu
+from t2t_keras.cli import common_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("translation", None, "Detokenized system output, one "
@@ -93,8 +94,8 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
   """Console-script entry point."""
-  app.run(main)
+  common_flags.run_cli(main)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  run()

@@ -1,65 +1,127 @@
-"""Flags shared by t2t_keras_trainer, t2t_keras_decoder and t2t_keras_exporter.
+"""Flags of the commands: definitions shared by several, and the parsing of all.
 
-One definition (like T2T's `utils/flags.py`) so that one flagfile from flags/
-works with all three commands: each defines every flag a flagfile may set,
-and ignores the ones it does not use.
+Each command defines the flags it reads and no others (its module's DEFINE_*,
+`define_once` and `define_experiment_flags` calls; nothing is defined when this
+module is imported), and runs through `run_cli`, which parses them:
+
+* `--help` (`-h`, `--helpshort`) prints the command module's docstring (what it
+  does, examples) and the command's own flags, and exits 0; `--helpfull` adds
+  absl's flags (--flagfile, --verbosity, ...).
+* A flag the command does not define is refused in one line naming the command
+  (and the commands that take it), exit status 2.
+
+The experiment flags (EXPERIMENT_FLAGS, one definition like T2T's
+`utils/flags.py`) are what a flagfile in flags/ sets: one flagfile serves
+t2t_keras_trainer, t2t_keras_decoder and t2t_keras_exporter (as T2T's decoder
+took the trainer's flags). Each of the three defines the experiment flags it
+reads; one it does not read (the decoder and --train_steps) is ignored when it
+comes from a --flagfile, and refused when typed on the command line.
 """
+
+import sys
 
 from absl import flags
 
+# name: (kind, default, help[, enum values]).
+_EXPERIMENT = {
+    # Problem, model and run directory.
+    "problem": ("string", None, "Registered problem, e.g. translate_ende_ding_bible8k."),
+    "model": ("string", "transformer", "Model name; only 'transformer'."),
+    "hparams_set": ("string", None, "Named hyperparameter set, e.g. transformer_base."),
+    "hparams": ("string", "", "Overrides in T2T syntax, e.g. 'batch_size=2048,num_heads=16'."),
+    "data_dir": ("string", None, "Directory of the problem's TFRecords and vocabulary."),
+    "output_dir": ("string", None, "Run directory: checkpoints, hparams.json, TensorBoard."),
+    "t2t_usr_dir": ("string", None, "A directory of modules registering user problems."),
+    # Training.
+    "train_steps": ("integer", 250000, "Total optimizer updates to reach."),
+    "eval_steps": ("integer", 100, "Dev batches per evaluation (0: the whole dev set)."),
+    "local_eval_frequency": ("integer", 1000, "Checkpoint (and evaluate) every N steps."),
+    "train_seconds": ("float", 0.0,
+                      "Also stop after this many seconds of training wall time (0: no limit), "
+                      "saving and evaluating as at --train_steps. A resumed run gets a fresh "
+                      "budget."),
+    "start_over": ("bool", False,
+                   "Train from step 0 although --output_dir holds checkpoints: they are moved "
+                   "to <output_dir>/replaced-<time>/ (nothing is deleted)."),
+    "schedule": ("enum", "continuous_train_and_eval", "What the trainer runs.",
+                 ["train", "evaluate", "train_and_evaluate", "continuous_train_and_eval",
+                  "continuous_eval"]),
+    "keep_checkpoint_max": ("integer", 20, "Checkpoints to keep."),
+    "worker_gpu": ("integer", None, "GPUs to use on this worker (default: all visible)."),
+    "random_seed": ("integer", None, "Seed of initialization, dropout and data order."),
+    "distribution_strategy": ("enum", None,
+                              "Default: mirrored when several GPUs are used, else one_device.",
+                              ["one_device", "mirrored", "multi_worker_mirrored"]),
+    "mixed_precision": ("enum", "none", "Mixed precision (float16 uses loss scaling).",
+                        ["none", "bfloat16", "float16"]),
+    "jit_compile": ("bool", False,
+                    "Compile the train step with XLA. Off by default: on every CPU measured "
+                    "(README, Benchmarks) XLA's train step was slower than the default graph "
+                    "with oneDNN."),
+    # Decoding (the trainer uses them for BLEU in evaluation).
+    "decode_hparams": ("string", "", "e.g. 'beam_size=4,alpha=0.6,extra_length=50'."),
+    "decode_from_file": ("string", None, "Source sentences, one per line."),
+    "decode_to_file": ("string", None, "Where the decoder writes translations."),
+    "decode_reference": ("string", None,
+                         "Reference translations: BLEU is printed/logged (parsing problems: "
+                         "gold trees, one per line: EVALB F1 is printed)."),
+    "eval_bleu": ("bool", False, "Decode the dev source at each evaluation and log sacreBLEU "
+                  "(T2T's decode hook)."),
+    "eval_bleu_max_lines": ("integer", 200, "Dev lines decoded for BLEU (--eval_bleu)."),
+    "checkpoint_path": ("string", None, "Checkpoint prefix (default: latest in output_dir)."),
+}
+EXPERIMENT_FLAGS = tuple(_EXPERIMENT)
+# The flags load_trained_run reads (the decoder and the exporter define them).
+TRAINED_RUN_FLAGS = ("problem", "model", "hparams_set", "hparams", "data_dir", "output_dir",
+                     "t2t_usr_dir", "mixed_precision", "checkpoint_path")
+# absl's own flags (--verbosity, --helpfull, ...) are every command's.
+_ABSL_MODULES = ("absl.app", "absl.logging", "absl.flags")
+_HELP = ("help", "h", "?", "helpshort")
+# Modules (absl's names) that defined experiment flags: their flagfiles may set others.
+_EXPERIMENT_COMMANDS = set()
 
-def define_once(kind: str, name: str, default, help_text: str, enum_values=None) -> None:
-  """Defines a flag unless another CLI module imported in this process did."""
-  if name in flags.FLAGS:
-    return
-  if kind == "enum":
-    flags.DEFINE_enum(name, default, enum_values, help_text)
-  else:
-    getattr(flags, "DEFINE_" + kind)(name, default, help_text)
+
+def _calling_module() -> str:
+  """absl's name of the nearest module up the stack that is not this one."""
+  frame = sys._getframe(1)
+  while frame.f_globals.get("__name__") == __name__:
+    frame = frame.f_back
+  return _absl_module_name(frame.f_globals.get("__name__", ""))
 
 
-# Problem, model and run directory.
-define_once("string", "problem", None, "Registered problem, e.g. translate_ende_ding_bible8k.")
-define_once("string", "model", "transformer", "Model name; only 'transformer'.")
-define_once("string", "hparams_set", None, "Named hyperparameter set, e.g. transformer_base.")
-define_once("string", "hparams", "", "Overrides in T2T syntax, e.g. 'batch_size=2048,num_heads=16'.")
-define_once("string", "data_dir", None, "Directory of the problem's TFRecords and vocabulary.")
-define_once("string", "output_dir", None, "Run directory: checkpoints, hparams.json, TensorBoard.")
-define_once("string", "t2t_usr_dir", None, "A directory of modules registering user problems.")
-# Training.
-define_once("integer", "train_steps", 250000, "Total optimizer updates to reach.")
-define_once("integer", "eval_steps", 100, "Dev batches per evaluation (0: the whole dev set).")
-define_once("integer", "local_eval_frequency", 1000, "Checkpoint (and evaluate) every N steps.")
-define_once("float", "train_seconds", 0.0,
-            "Also stop after this many seconds of training wall time (0: no limit), saving "
-            "and evaluating as at --train_steps. A resumed run gets a fresh budget.")
-define_once("bool", "start_over", False,
-            "Train from step 0 although --output_dir holds checkpoints: they are moved to "
-            "<output_dir>/replaced-<time>/ (nothing is deleted).")
-define_once("enum", "schedule", "continuous_train_and_eval", "What the trainer runs.",
-        enum_values=["train", "evaluate", "train_and_evaluate", "continuous_train_and_eval",
-                     "continuous_eval"])
-define_once("integer", "keep_checkpoint_max", 20, "Checkpoints to keep.")
-define_once("integer", "worker_gpu", None, "GPUs to use on this worker (default: all visible).")
-define_once("integer", "random_seed", None, "Seed of initialization, dropout and data order.")
-define_once("enum", "distribution_strategy", None,
-        "Default: mirrored when several GPUs are used, else one_device.",
-        enum_values=["one_device", "mirrored", "multi_worker_mirrored"])
-define_once("enum", "mixed_precision", "none", "Mixed precision (float16 uses loss scaling).",
-        enum_values=["none", "bfloat16", "float16"])
-define_once("bool", "jit_compile", False,
-            "Compile the train step with XLA. Off by default: on every CPU measured (README, "
-            "Benchmarks) XLA's train step was slower than the default graph with oneDNN.")
-# Decoding (the trainer uses them for BLEU in evaluation).
-define_once("string", "decode_hparams", "", "e.g. 'beam_size=4,alpha=0.6,extra_length=50'.")
-define_once("string", "decode_from_file", None, "Source sentences, one per line.")
-define_once("string", "decode_to_file", None, "Where the decoder writes translations.")
-define_once("string", "decode_reference", None, "Reference translations: BLEU is printed/logged "
-            "(parsing problems: gold trees, one per line: EVALB F1 is printed).")
-define_once("bool", "eval_bleu", False, "Trainer: decode the dev source at each evaluation and "
-            "log sacreBLEU (T2T's decode hook).")
-define_once("integer", "eval_bleu_max_lines", 200, "Trainer: dev lines decoded for BLEU.")
-define_once("string", "checkpoint_path", None, "Checkpoint prefix (default: latest in output_dir).")
+def _absl_module_name(name: str) -> str:
+  return sys.argv[0] if name == "__main__" else name  # as absl names the main module
+
+
+def define_once(kind: str, name: str, default, help_text: str, enum_values=None,
+                module_name=None) -> None:
+  """Defines a flag of the calling command (`module_name`: absl's name of its module).
+
+  When another command imported in this process (tests) defined it already, the
+  calling command takes that definition as its own flag too.
+  """
+  module_name = module_name or _calling_module()
+  if name not in flags.FLAGS:
+    if kind == "enum":
+      flags.DEFINE_enum(name, default, enum_values, help_text, module_name=module_name)
+    else:
+      getattr(flags, "DEFINE_" + kind)(name, default, help_text, module_name=module_name)
+  flag = flags.FLAGS[name]
+  if not any(f is flag for f in flags.FLAGS.flags_by_module_dict().get(module_name, [])):
+    flags.FLAGS.register_flag_by_module(module_name, flag)
+
+
+def define_experiment_flags(names=EXPERIMENT_FLAGS) -> None:
+  """Defines these experiment flags as the calling command's (default: all of them).
+
+  A flagfile given to the command may also set the experiment flags it does not
+  define (they are ignored).
+  """
+  module_name = _calling_module()
+  for name in names:
+    kind, default, help_text, *enum_values = _EXPERIMENT[name]
+    define_once(kind, name, default, help_text, *enum_values, module_name=module_name)
+  _EXPERIMENT_COMMANDS.add(module_name)
 
 
 def load_trained_run():
@@ -81,6 +143,8 @@ def load_trained_run():
   for name in ("data_dir", "output_dir"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
+  if FLAGS.model != "transformer":
+    raise app.UsageError(f"--model={FLAGS.model}: only 'transformer' is implemented.")
   registry.import_usr_dir(FLAGS.t2t_usr_dir)
   from t2t_keras import training
   # The model computes in the precision asked for (weights stay float32 either way).
@@ -128,21 +192,195 @@ def check_output_file(flag: str, path: str) -> None:
 
 
 def run_cli(main) -> None:
-  """app.run(main), but a user error (app.UsageError, a damaged checkpoint) prints one
-  line `<program>: error: <message>` and exits with status 2, without the usage text
-  or a traceback; other exceptions keep their traceback (they are bugs)."""
-  import os
-  import sys
-
+  """app.run(main) with `parse_flags` (see the module docstring); a user error
+  (app.UsageError, a damaged checkpoint) prints one line `<program>: error:
+  <message>` and exits with status 2, without the usage text or a traceback; other
+  exceptions keep their traceback (they are bugs)."""
   from absl import app
 
-  from t2t_keras import checkpoints
+  module = sys.modules[main.__module__]
 
   def wrapped(argv):
     try:
       return main(argv)
-    except (app.UsageError, checkpoints.CheckpointError) as e:
-      print(f"{os.path.basename(sys.argv[0])}: error: {e}", file=sys.stderr, flush=True)
-      sys.exit(2)
+    except Exception as e:  # pylint: disable=broad-except
+      # A CheckpointError can only come from t2t_keras.checkpoints once it is loaded
+      # (importing it here would load TensorFlow before --help).
+      checkpoints = sys.modules.get("t2t_keras.checkpoints")
+      if isinstance(e, app.UsageError) or (
+          checkpoints is not None and isinstance(e, checkpoints.CheckpointError)):
+        _exit_with_error(str(e))
+      raise
 
-  app.run(wrapped)
+  app.run(wrapped, flags_parser=lambda argv: parse_flags(argv, module))
+
+
+def program_name() -> str:
+  """The command's name for messages: the console script, even under `python -m`."""
+  import os
+  name = os.path.basename(sys.argv[0])
+  spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+  if name.endswith(".py") and spec is not None:  # python -m t2t_keras.cli.<module>
+    return dict((m, c) for c, m in _commands()).get(spec.name, f"python -m {spec.name}")
+  return name
+
+
+def _exit_with_error(message: str) -> None:
+  print(f"{program_name()}: error: {message}", file=sys.stderr, flush=True)
+  sys.exit(2)
+
+
+def parse_flags(argv, module) -> list:
+  """Parses `argv` as the command of `module` does; returns the arguments left.
+
+  Flagfiles are read here: an experiment flag in one that the command does not
+  define is dropped. `--help` and `--helpfull` print help and exit 0; an error
+  prints one line and exits 2.
+  """
+  program = program_name()
+  module_name = _absl_module_name(module.__name__)
+  own = _flags_of(module_name)
+  try:
+    args = _expand_flagfiles(argv[1:])
+  except flags.Error as e:  # e.g. a --flagfile that cannot be read
+    _exit_with_error(str(e).replace("ERROR:: ", ""))
+  tolerated = set()  # --undefok: absl ignores these names when undefined
+  for arg, _ in args:
+    if arg.lstrip("-").startswith("undefok="):
+      tolerated.update(arg.split("=", 1)[1].split(","))
+  kept, wanted_help = [argv[0]], None
+  i = 0
+  while i < len(args):
+    arg, source = args[i]
+    i += 1
+    if arg == "--":
+      kept.extend(a for a, _ in args[i - 1:])
+      break
+    if not arg.startswith("-") or arg == "-":
+      kept.append(arg)
+      continue
+    name, has_value, _ = (arg[2:] if arg.startswith("--") else arg[1:]).partition("=")
+    if source is None and name in _HELP + ("helpfull",):
+      wanted_help = name
+      continue
+    flag = _lookup(own, name)
+    if flag is not None:
+      kept.append(arg)
+      if not has_value and not flag.boolean and i < len(args) and args[i][1] == source:
+        kept.append(args[i][0])  # --name value
+        i += 1
+      continue
+    base = name[2:] if name.startswith("no") else name
+    if source is not None and module_name in _EXPERIMENT_COMMANDS and (
+        name in _EXPERIMENT or base in _EXPERIMENT):
+      continue  # an experiment flag of another command, in a shared flagfile
+    if name in tolerated or base in tolerated:
+      continue
+    where = f" (in {source})" if source else ""
+    owners = _owners(name, module)
+    belongs = f" (it is a flag of {', '.join(owners)})" if owners else ""
+    _exit_with_error(f"--{name}{where} is not a flag of {program}{belongs}; "
+                     f"see {program} --help.")
+  if wanted_help:
+    sys.stdout.write(help_text(module, full=wanted_help == "helpfull"))
+    sys.stdout.flush()
+    sys.exit(0)
+  try:
+    return flags.FLAGS(kept)
+  except flags.Error as e:
+    _exit_with_error(f"{' '.join(str(e).split())}; see {program} --help.")
+
+
+def help_text(module, full: bool = False) -> str:
+  """The module's docstring and its command's flags (`full`: absl's flags too)."""
+  program = program_name()
+  doc = (module.__doc__ or f"{program} [flags]\n").strip("\n")
+  own = flags.FlagValues()
+  for flag in flags.FLAGS.flags_by_module_dict().get(_absl_module_name(module.__name__), []):
+    own[flag.name] = flag
+    own.register_flag_by_module(f"Flags of {program}", flag)
+  text = f"{doc}\n{own.get_help(include_special_flags=False)}\n"
+  if full:
+    return f"{text}\nAll flags, absl's included:\n{flags.FLAGS.get_help()}\n"
+  return f"{text}\nabsl's flags (--flagfile, --verbosity, ...): see {program} --helpfull.\n"
+
+
+def _flags_of(module_name: str, absl_flags: bool = True) -> dict:
+  """name (and short name) -> Flag, for the command's flags (and absl's)."""
+  by_module = flags.FLAGS.flags_by_module_dict()
+  out = {}
+  for module in (module_name,) + (_ABSL_MODULES if absl_flags else ()):
+    for flag in by_module.get(module, []):
+      out[flag.name] = flag
+      if flag.short_name:
+        out[flag.short_name] = flag
+  return out
+
+
+def _lookup(own: dict, name: str):
+  """The flag `--name` sets (`--noname` a boolean one), or None."""
+  if name in own:
+    return own[name]
+  if name.startswith("no") and name[2:] in own and own[name[2:]].boolean:
+    return own[name[2:]]
+  if name == "undefok":
+    return flags.FLAGS["undefok"] if "undefok" in flags.FLAGS else _UNDEFOK
+  return None
+
+
+class _Undefok:
+  boolean = False
+
+
+_UNDEFOK = _Undefok()
+
+
+def _expand_flagfiles(args) -> list:
+  """[(argument, flagfile it came from or None)], every --flagfile read (nested too)."""
+  out = []
+  i = 0
+  while i < len(args):
+    arg = args[i]
+    i += 1
+    if arg == "--":
+      out.extend((a, None) for a in args[i - 1:])
+      break
+    if arg in ("--flagfile", "-flagfile"):
+      if i == len(args):
+        raise flags.Error("--flagfile with no argument")
+      path, i = args[i], i + 1
+    elif arg.startswith(("--flagfile=", "-flagfile=")):
+      path = arg.split("=", 1)[1]
+    else:
+      out.append((arg, None))
+      continue
+    lines = flags.FLAGS.read_flags_from_files([f"--flagfile={path}"])
+    out.extend((line, path) for line in lines)
+  return out
+
+
+def _commands() -> list:
+  """(name, module) of every command: the console scripts, and the demo."""
+  from importlib import metadata
+  found = {e.name: e.module for e in metadata.entry_points(group="console_scripts")
+           if e.module.startswith("t2t_keras.cli.")}
+  found["python -m t2t_keras.cli.demo"] = "t2t_keras.cli.demo"
+  return sorted(found.items())
+
+
+def _owners(name: str, module) -> list:
+  """The other commands that define --name (their modules are imported to see)."""
+  import importlib
+  main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+  skip = {module.__name__, getattr(main_spec, "name", None)}
+  owners = []
+  for command, module_name in _commands():
+    if module_name in skip:
+      continue
+    try:
+      importlib.import_module(module_name)
+    except Exception:  # pylint: disable=broad-except  (a hint only)
+      continue
+    if _lookup(_flags_of(module_name, absl_flags=False), name) not in (None, _UNDEFOK):
+      owners.append(command)
+  return owners

@@ -1,4 +1,4 @@
-"""`t2t_keras_datagen`: T2T's `t2t-datagen` — vocab + sharded TFRecords for a problem.
+r"""`t2t_keras_datagen`: T2T's `t2t-datagen` — vocab + sharded TFRecords for a problem.
 
   t2t_keras_datagen --problem=translate_ende_ding_bible8k --data_dir=~/t2t_data
   t2t_keras_datagen --problem=translate_from_files --data_dir=~/my_data \
@@ -19,14 +19,10 @@ from absl import app
 from absl import flags
 
 from data_gen import registry
+from t2t_keras.cli import common_flags
 
 FLAGS = flags.FLAGS
-
-
-def _define(kind: str, name: str, default, help_text: str) -> None:
-  # Several CLI modules may be imported in one process (tests); define once.
-  if name not in FLAGS:
-    getattr(flags, "DEFINE_" + kind)(name, default, help_text)
+_define = common_flags.define_once  # several commands may be imported in one process (tests)
 
 
 _define("string", "problem", None, "Registered problem name, e.g. translate_ende_ding_bible8k.")
@@ -122,7 +118,7 @@ def run(argv) -> int:
 
 def main() -> None:
   """Console-script entry point `t2t_keras_datagen`."""
-  app.run(lambda argv: sys.exit(run(argv)))
+  common_flags.run_cli(lambda argv: sys.exit(run(argv)))
 
 
 if __name__ == "__main__":

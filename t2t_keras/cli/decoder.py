@@ -1,12 +1,16 @@
-"""t2t_keras_decoder: T2T's decoder flags.
+r"""t2t_keras_decoder: translate with a trained run (T2T's t2t-decoder and its flags).
 
   t2t_keras_decoder --problem=translate_ende_wmt32k --data_dir=$DATA \
       --output_dir=$TRAIN --decode_hparams='beam_size=4,alpha=0.6' \
       --decode_from_file=newstest2014.en --decode_to_file=out.de \
       --decode_reference=newstest2014.de
 
+  t2t_keras_decoder --flagfile=flags/wmt14_ende_base.flags --data_dir=$DATA \
+      --output_dir=$TRAIN --decode_from_file=newstest2014.en --decode_to_file=out.de
+
 Without --decode_from_file it decodes the problem's dev split (test with
---eval_use_test_set) and scores it against the reference.
+--eval_use_test_set) and scores it against the reference. The trainer's
+flagfile may be given: the training flags in it are ignored here.
 """
 
 from __future__ import annotations
@@ -16,7 +20,10 @@ import sys
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-from t2t_keras.cli import common_flags  # defines the shared flags
+from t2t_keras.cli import common_flags  # noqa: E402
+
+common_flags.define_experiment_flags(common_flags.TRAINED_RUN_FLAGS + (
+    "decode_hparams", "decode_from_file", "decode_to_file", "decode_reference"))
 
 flags.DEFINE_bool("decode_interactive", False, "Read sentences from stdin, print translations.")
 flags.DEFINE_string("score_file", None,

@@ -13,6 +13,9 @@ generation the demo estimates the stages after training (demo_budget.py) and
 passes the rest to `t2t_keras_trainer --train_seconds`. The training time a
 budget gives is recorded in work/demo_training.json: a second run with the
 same budget trains no more; a larger budget trains the difference.
+
+  make demo DEMO_MINUTES=60
+  python -m t2t_keras.cli.demo --work_dir=work --budget_minutes=20
 """
 
 from __future__ import annotations
@@ -307,7 +310,7 @@ def _translate_with_saved_model(export_dir: str, sentences) -> str:
 
 
 def run():
-  app.run(main)
+  common_flags.run_cli(main)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""t2t_keras_exporter: a trained run -> SavedModel for TF Serving (T2T's t2t-exporter).
+r"""t2t_keras_exporter: a trained run -> SavedModel for TF Serving (T2T's t2t-exporter).
 
   t2t_keras_exporter --problem=translate_ende_wmt32k --data_dir=$DATA \
       --output_dir=$TRAIN --decode_hparams='beam_size=4,alpha=0.6'
@@ -16,7 +16,9 @@ import sys
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-from t2t_keras.cli import common_flags  # defines the shared flags
+from t2t_keras.cli import common_flags  # noqa: E402
+
+common_flags.define_experiment_flags(common_flags.TRAINED_RUN_FLAGS + ("decode_hparams",))
 
 flags.DEFINE_string("export_dir", None, "Model base path (default: <output_dir>/export).")
 

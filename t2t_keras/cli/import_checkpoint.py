@@ -1,4 +1,4 @@
-"""t2t_keras_import_checkpoint: a run T2T wrote -> a t2t-keras run directory.
+r"""t2t_keras_import_checkpoint: a run T2T wrote -> a t2t-keras run directory.
 
   t2t_keras_import_checkpoint --t2t_output_dir=$T2T_TRAIN --output_dir=$NEW_RUN
   t2t_keras_decoder --output_dir=$NEW_RUN --data_dir=$NEW_RUN \
@@ -18,13 +18,10 @@ import sys
 
 from absl import app, flags
 
+from t2t_keras.cli import common_flags
+
 FLAGS = flags.FLAGS
-
-
-def _define(kind: str, name: str, default, help_text: str) -> None:
-  """Defines a flag unless another command imported in this process did (same meaning)."""
-  if name not in FLAGS:
-    getattr(flags, "DEFINE_" + kind)(name, default, help_text)
+_define = common_flags.define_once  # several commands may be imported in one process (tests)
 
 
 _define("string", "t2t_output_dir", None, "T2T's --output_dir: hparams.json, flags.txt, "
@@ -68,7 +65,7 @@ def main(argv):
 
 
 def run():
-  app.run(main)
+  common_flags.run_cli(main)
 
 
 if __name__ == "__main__":

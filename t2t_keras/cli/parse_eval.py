@@ -17,6 +17,7 @@ from absl import flags
 
 from data_gen import file_io
 from t2t_keras import evalb
+from t2t_keras.cli import common_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("gold", None, "Gold trees, one per line.")
@@ -60,8 +61,8 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
   """Console-script entry point."""
-  app.run(main)
+  common_flags.run_cli(main)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  run()

@@ -1,4 +1,4 @@
-"""t2t_keras_query: send sentences to a running TF Serving and print translations.
+r"""t2t_keras_query: send sentences to a running TF Serving and print translations.
 
   t2t_keras_query --server=localhost:8500 --servable_name=transformer \
       --inputs_once='Hello world.'
@@ -150,7 +150,7 @@ def main(argv):
 
 
 def run():
-  app.run(main)
+  common_flags.run_cli(main)
 
 
 if __name__ == "__main__":

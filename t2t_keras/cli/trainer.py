@@ -1,7 +1,11 @@
-"""t2t_keras_trainer: T2T's trainer flags on TF2 tf.distribute.
+r"""t2t_keras_trainer: train the Transformer (T2T's t2t-trainer and flags, on TF2 tf.distribute).
 
   t2t_keras_trainer --problem=translate_ende_wmt32k --hparams_set=transformer_big \
       --data_dir=$DATA --output_dir=$TRAIN --worker_gpu=8
+  t2t_keras_trainer --flagfile=flags/wmt14_ende_base.flags --data_dir=$DATA --output_dir=$TRAIN
+
+A flagfile of flags/ also serves t2t_keras_decoder and t2t_keras_exporter. Running
+the same command again resumes from the last checkpoint in --output_dir.
 """
 
 from __future__ import annotations
@@ -13,7 +17,11 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 
-from t2t_keras.cli import common_flags  # noqa: F401  (defines the shared flags)
+from t2t_keras.cli import common_flags  # noqa: E402
+
+# Every experiment flag but the decoder's --checkpoint_path and --decode_to_file.
+common_flags.define_experiment_flags([name for name in common_flags.EXPERIMENT_FLAGS
+                                      if name not in ("checkpoint_path", "decode_to_file")])
 
 flags.DEFINE_integer("log_every_steps", 100, "Progress line every N steps (or 30 s).")
 
