@@ -8,7 +8,8 @@ training curves (loss and BLEU over steps) are read from a run's TensorBoard
 event files.
 
 Plots use matplotlib's Agg renderer through `matplotlib.figure.Figure` (no
-pyplot global state); install it with `pip install t2t-keras[viz]`. Images have
+pyplot global state); install it with `pip install matplotlib` (or, in a clone of
+the repository, `pip install -e '.[viz]'`). Images have
 exactly the requested pixel size and are written atomically.
 """
 
@@ -136,11 +137,21 @@ def grid_size(num_heads: int) -> Tuple[int, int]:
   return GRID_PANEL_PX * cols + 100, GRID_PANEL_PX * rows + 100
 
 
-def _figure(size: Tuple[int, int], dpi: int):
+MATPLOTLIB_MISSING = ("pictures need matplotlib, which is not installed: run pip install "
+                      "matplotlib (or, in a clone of the repository, pip install -e '.[viz]').")
+
+
+def check_matplotlib() -> None:
+  """Raises ImportError(MATPLOTLIB_MISSING) unless matplotlib imports."""
   try:
-    from matplotlib.figure import Figure
+    import matplotlib  # noqa: F401  pylint: disable=unused-import
   except ImportError as e:
-    raise ImportError("Pictures need matplotlib: pip install 't2t-keras[viz]'.") from e
+    raise ImportError(MATPLOTLIB_MISSING) from e
+
+
+def _figure(size: Tuple[int, int], dpi: int):
+  check_matplotlib()
+  from matplotlib.figure import Figure
   width, height = size
   if width < 50 or height < 50:
     raise ValueError(f"size must be at least 50x50 pixels, got {size}.")

@@ -77,14 +77,14 @@ def test_cli_errors_are_clear(fake_parallel_files, tmp_path, capsys):
              "--vocab_size=64", "--train_source=" + f["train_source"],
              "--train_target=" + str(short), "--dev_source=" + f["dev_source"],
              "--dev_target=" + f["dev_target"])
-  assert code == 1
+  assert code == 2
   assert "misaligned" in stderr and str(short) in stderr and "line 2" in stderr
   code, _, stderr = _run_in_process(capsys, "--problem=nope", "--data_dir=" + str(tmp_path / "d"))
-  assert code == 1 and "translate_ende_ding_bible8k" in stderr
+  assert code == 2 and "translate_ende_ding_bible8k" in stderr
   code, _, stderr = _run_in_process(capsys, "--problem=translate_ende_wmt32k",
                                     "--data_dir=" + str(tmp_path / "d"),
                                     "--train_source=" + f["train_source"])
-  assert code == 1 and "only apply to --problem=translate_from_files" in stderr
+  assert code == 2 and "only apply to --problem=translate_from_files" in stderr
 
 
 def test_ding_bible_cli_on_fixture(fake_ding_bible_tmp_dir, tmp_path, capsys):

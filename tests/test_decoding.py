@@ -308,7 +308,9 @@ def test_decoder_cli_bad_input(trained, tmp_path):
   bad.write_bytes(b"fine line\nbad \xff byte\n")
   res = _decoder_cli(trained, f"--decode_from_file={bad}")
   assert res.returncode != 0 and f"{bad}:2: invalid UTF-8" in res.stderr
-  res = _decoder_cli(trained, f"--decode_from_file={bad}",
+  good = tmp_path / "good.txt"  # input files are checked first, so a readable one here
+  good.write_text("the cat\n", encoding="utf-8")
+  res = _decoder_cli(trained, f"--decode_from_file={good}",
                      f"--checkpoint_path={tmp_path}/nothing")
   # The checkpoint check (t2t_keras/checkpoints.py) names the unusable path.
   assert res.returncode != 0 and f"{tmp_path}/nothing is not usable" in res.stderr

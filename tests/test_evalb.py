@@ -10,7 +10,7 @@ import pathlib
 import random
 
 import pytest
-from absl import flags
+from absl import app, flags
 from absl.testing import flagsaver
 
 from data_gen import trees
@@ -181,7 +181,7 @@ def test_cli_line_count_mismatch_names_line(tmp_path):
   gold.write_text(CAT + "\n" + CAT + "\n")
   test.write_text(CAT + "\n")
   with flagsaver.flagsaver(gold=str(gold), test=str(test)):
-    with pytest.raises(ValueError, match=r"has 2 lines .* has 1; line 2"):
+    with pytest.raises(app.UsageError, match=r"has 2 lines .* has 1; line 2"):
       parse_eval.main(["t2t_keras_parse_eval"])
 
 

@@ -18,6 +18,7 @@ from absl import flags
 from data_gen import file_io
 from t2t_keras import bleu
 from t2t_keras.cli import common_flags
+from t2t_keras.cli import file_checks
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("translation", None, "Detokenized system output, one "
@@ -55,11 +56,17 @@ def bleu_lines(translation: str, reference: str, variant: str,
   The paper variant adds `tokenized BLEU (as in the paper) = <score>` with
   its settings, then multi-bleu.perl's own summary line indented.
   """
+  hyps, refs = file_io.read_aligned_lines(translation, reference,
+                                          ("translation file", "reference file"))
+  return score_lines(hyps, refs, variant, tokenize, language, ascii_reference_quotes)
+
+
+def score_lines(hyps: list[str], refs: list[str], variant: str, tokenize: str,
+                language: str = "de", ascii_reference_quotes: bool = False) -> list[str]:
+  """`bleu_lines` of segments already read."""
   if variant not in bleu.BLEU_VARIANTS:
     raise ValueError(f"bleu_variant must be one of {bleu.BLEU_VARIANTS}, "
                      f"got {variant!r}")
-  hyps, refs = file_io.read_aligned_lines(translation, reference,
-                                          ("translation file", "reference file"))
   out = []
   for lowercase in _SACREBLEU_CASES[variant]:
     score, signature = bleu.corpus_bleu(hyps, refs, tokenize=tokenize,
@@ -86,9 +93,16 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if not FLAGS.translation or not FLAGS.reference:
     raise app.UsageError("Both --translation and --reference are required.")
-  for line in bleu_lines(FLAGS.translation, FLAGS.reference,
-                         FLAGS.bleu_variant, FLAGS.tokenize, FLAGS.language,
-                         FLAGS.paper_ascii_reference_quotes):
+  what = "detokenized text, one segment per line"
+  for flag in ("translation", "reference"):  # before the slow Moses tokenizer loads
+    file_checks.check_input_file(flag, getattr(FLAGS, flag), what)
+  try:
+    hyps, refs = file_io.read_aligned_lines(FLAGS.translation, FLAGS.reference,
+                                            ("--translation", "--reference"))
+  except ValueError as e:  # line counts differ, or invalid UTF-8
+    raise app.UsageError(str(e)) from None
+  for line in score_lines(hyps, refs, FLAGS.bleu_variant, FLAGS.tokenize, FLAGS.language,
+                          FLAGS.paper_ascii_reference_quotes):
     print(line)
 
 

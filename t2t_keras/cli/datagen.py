@@ -20,6 +20,7 @@ from absl import flags
 
 from data_gen import registry
 from t2t_keras.cli import common_flags
+from t2t_keras.cli import file_checks
 
 FLAGS = flags.FLAGS
 _define = common_flags.define_once  # several commands may be imported in one process (tests)
@@ -96,15 +97,17 @@ def run(argv) -> int:
                                          ", ".join(registry.list_problems())))
     data_dir = os.path.abspath(os.path.expanduser(FLAGS.data_dir))
     tmp_dir = os.path.abspath(os.path.expanduser(FLAGS.tmp_dir))
+    for name in _FILE_FLAGS:  # before the vocabulary is built
+      if getattr(FLAGS, name):
+        file_checks.check_input_file(name, getattr(FLAGS, name),
+                                     "a UTF-8 text file, one sentence per line")
     problem = _make_problem(FLAGS.problem, data_dir)
     result = problem.generate_data(data_dir, tmp_dir, num_shards=FLAGS.num_shards,
                                    max_cases=FLAGS.max_cases, random_seed=_seed(),
                                    progress=_progress)
   except ValueError as e:
     print("t2t_keras_datagen: error: %s" % e, file=sys.stderr)
-    # A failed WMT download (no internet) can only come from data_gen.translate_ende once loaded.
-    wmt = sys.modules.get("data_gen.translate_ende")
-    return 2 if wmt is not None and isinstance(e, wmt.DownloadFailedError) else 1
+    return 2  # a user error (as in the trainer): unknown problem, bad flags, a failed download
   except OSError as e:  # e.g. a full disk; the unfinished split's files were removed
     hint = " (disk full: free space in %s and rerun)" % FLAGS.data_dir if (
         e.errno == errno.ENOSPC) else ""

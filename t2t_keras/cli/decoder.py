@@ -15,12 +15,14 @@ flagfile may be given: the training flags in it are ignored here.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from absl import app, flags
 
 FLAGS = flags.FLAGS
 from t2t_keras.cli import common_flags  # noqa: E402
+from t2t_keras.cli import file_checks  # noqa: E402
 
 common_flags.define_experiment_flags(common_flags.TRAINED_RUN_FLAGS + (
     "decode_hparams", "decode_from_file", "decode_to_file", "decode_reference"))
@@ -39,10 +41,8 @@ flags.DEFINE_bool("decode_jit_compile", None,
 
 def main(argv):
   del argv
-  from data_gen import file_io
-  from t2t_keras import bleu, decode_text, evalb
   from t2t_keras.hparams import create_decode_hparams
-  try:  # settings and the output path are checked before the model loads
+  try:  # settings, paths and input files are checked before the model loads
     # T2T's sampling settings may come in --hparams too (sampling_method=random).
     decode_hp = create_decode_hparams(FLAGS.decode_hparams, FLAGS.hparams)
   except ValueError as e:
@@ -52,17 +52,22 @@ def main(argv):
                          "(without --decode_from_file); a file gets one output per line.")
   if FLAGS.decode_to_file:
     common_flags.check_output_file("decode_to_file", FLAGS.decode_to_file)
+  if FLAGS.score_file:
+    pairs = [line.split("\t") for line in file_checks.read_input_lines(
+        "score_file", FLAGS.score_file, "a file of source<TAB>target lines")]
+    bad = [i + 1 for i, p in enumerate(pairs) if len(p) != 2]
+    if bad:
+      raise app.UsageError(f"--score_file={FLAGS.score_file}: line {bad[0]} is not "
+                           "source<TAB>target; give one tab-separated pair per line.")
+  elif not FLAGS.decode_interactive:
+    lines, reference, refs = _read_source_and_reference(decode_hp)
+  from t2t_keras import bleu, decode_text, evalb
   model, _, problem, encoders = common_flags.load_trained_run()
   decoder = decode_text.TextDecoder(
       model, encoders, decode_hp, use_cache=FLAGS.decode_use_cache,
       jit_compile=FLAGS.decode_jit_compile, log=lambda line: print(line, file=sys.stderr,
                                                                    flush=True))
   if FLAGS.score_file:
-    pairs = [line.split("\t") for line in file_io.read_lines(FLAGS.score_file,
-                                                              name="--score_file")]
-    bad = [i + 1 for i, p in enumerate(pairs) if len(p) != 2]
-    if bad:
-      raise app.UsageError(f"{FLAGS.score_file}: line {bad[0]} is not source<TAB>target.")
     scores = decoder.score_pairs([p[0] for p in pairs], [p[1] for p in pairs])
     _emit([f"{s:.6f}" for s in scores])
     return
@@ -70,27 +75,11 @@ def main(argv):
     for line in sys.stdin:
       print(decoder.decode_lines([line.rstrip("\n")])[0], flush=True)
     return
-  # Parsing problems are scored with EVALB F1 against gold trees, not BLEU.
-  parsing = hasattr(problem, "gold_trees_file")
-  source, reference = FLAGS.decode_from_file, FLAGS.decode_reference
-  if not source:
-    split = "test" if FLAGS.eval_use_test_set else "dev"
-    source = problem.text_file(FLAGS.data_dir, split, "inputs")
-    reference = reference or (problem.gold_trees_file(FLAGS.data_dir, split) if parsing
-                              else problem.text_file(FLAGS.data_dir, split, "targets"))
-  lines = file_io.read_lines(source, decode_hp.delimiter, name="source")
-  if decode_hp.num_samples > 0:  # T2T: only the first num_samples examples of the dataset.
-    lines = lines[:decode_hp.num_samples]
   outputs = decoder.decode_lines(lines)
   _emit(outputs)
   if reference:
-    refs = file_io.read_lines(reference, name="reference")
-    if decode_hp.num_samples > 0:
-      refs = refs[:decode_hp.num_samples]
-    if len(refs) != len(outputs):
-      raise app.UsageError(f"{reference} has {len(refs)} lines, {source} has {len(outputs)}.")
     hyps = [o.split("\t")[0] for o in outputs]
-    if parsing:
+    if hasattr(problem, "gold_trees_file"):  # parsing: EVALB F1 against gold trees, not BLEU
       trees = evalb.delinearize_lines(refs, hyps)
       report = evalb.evaluate(refs, trees)
       print(f"EVALB (COLLINS.prm) against {reference}: {evalb.summary_line(report)}",
@@ -105,6 +94,72 @@ def main(argv):
         paper = bleu.paper_bleu(hyps, refs, language=language)
         print(f"tokenized BLEU (as in the paper) = {paper.score:.2f}  "
               f"({bleu.paper_signature(language)})", flush=True)
+
+
+def _run_problem():
+  """The problem --output_dir was trained on, read from its run files (no model built)."""
+  from data_gen import registry
+  from t2t_keras import run_dir
+  for name in ("data_dir", "output_dir"):
+    if not getattr(FLAGS, name):
+      raise app.UsageError(f"--{name} is required.")
+  try:
+    registry.import_usr_dir(FLAGS.t2t_usr_dir)
+    _, problem_name, _ = run_dir.load_run_files(FLAGS.output_dir)
+    return registry.problem(problem_name, FLAGS.data_dir)
+  except FileNotFoundError as e:  # no hparams.json / run.json: not a training run
+    raise app.UsageError(str(e)) from None
+  except ValueError as e:  # --t2t_usr_dir, or a problem it no longer registers
+    raise app.UsageError(str(e)) from None
+
+
+def _read_source_and_reference(decode_hp):
+  """(source lines, reference or None, its lines): --decode_from_file and
+  --decode_reference, else the dataset's split with its reference (parsing problems:
+  gold trees); num_samples applied. Checked to pair up line by line."""
+  from data_gen import file_io
+  source, reference = FLAGS.decode_from_file, FLAGS.decode_reference
+  if source:
+    lines = file_checks.read_input_lines("decode_from_file", source,
+                                         "a text file of sentences, one per line",
+                                         decode_hp.delimiter)
+    label = f"--decode_from_file={source}"
+  else:
+    problem = _run_problem()
+    split = "test" if FLAGS.eval_use_test_set else "dev"
+    source = problem.text_file(FLAGS.data_dir, split, "inputs")
+    if not os.path.isfile(source):
+      raise app.UsageError(
+          f"--data_dir={FLAGS.data_dir} has no {split} text of {problem.name} ({source} is "
+          "missing); give the sentences to translate with --decode_from_file=FILE (and "
+          "--decode_reference=FILE for BLEU).")
+    try:
+      lines = file_io.read_lines(source, decode_hp.delimiter, name="source")
+    except ValueError as e:  # invalid UTF-8
+      raise app.UsageError(str(e)) from None
+    label = source
+    if not reference:
+      reference = (problem.gold_trees_file(FLAGS.data_dir, split)
+                   if hasattr(problem, "gold_trees_file")
+                   else problem.text_file(FLAGS.data_dir, split, "targets"))
+      if not os.path.isfile(reference):
+        raise app.UsageError(
+            f"--data_dir={FLAGS.data_dir} has no {split} reference of {problem.name} "
+            f"({reference} is missing); give one with --decode_reference=FILE.")
+  if decode_hp.num_samples > 0:  # T2T: only the first num_samples examples of the dataset.
+    lines = lines[:decode_hp.num_samples]
+  refs = None
+  if reference:
+    refs = file_checks.read_input_lines(
+        "decode_reference", reference, "a text file of reference lines, one per source line")
+    if decode_hp.num_samples > 0:
+      refs = refs[:decode_hp.num_samples]
+    if len(refs) != len(lines):
+      ref_label = f"--decode_reference={reference}" if FLAGS.decode_reference else reference
+      raise app.UsageError(
+          f"{ref_label} has {len(refs)} lines but {label} has "
+          f"{len(lines)}; give one reference line per source line, in the same order.")
+  return lines, reference, refs
 
 
 def _emit(lines):

@@ -17,6 +17,7 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 from t2t_keras.cli import common_flags  # noqa: E402
+from t2t_keras.cli import file_checks  # noqa: E402
 
 common_flags.define_experiment_flags(common_flags.TRAINED_RUN_FLAGS + ("decode_hparams",))
 
@@ -35,6 +36,13 @@ def main(argv):
   export_dir = FLAGS.export_dir or os.path.join(FLAGS.output_dir or "", "export")
   if os.path.exists(export_dir) and not os.path.isdir(export_dir):
     raise app.UsageError(f"--export_dir={export_dir} is a file, not a directory.")
+  base, last = os.path.split(os.path.normpath(export_dir))
+  if last.isdigit():  # TF Serving would take a numbered directory for a version
+    raise app.UsageError(
+        f"--export_dir={export_dir} ends in a version number, but it is the model base path "
+        f"(tensorflow_model_server's --model_base_path): each export adds a new version "
+        f"<export_dir>/<N>. Give --export_dir={base or '.'} to write its next version.")
+  file_checks.check_output_dir("export_dir", export_dir)
   model, hparams, problem, encoders = common_flags.load_trained_run()
   vocab_files = {side: os.path.join(FLAGS.data_dir, problem.vocab_filenames[side])
                  for side in ("inputs", "targets")}

@@ -18,6 +18,7 @@ from absl import flags
 from data_gen import file_io
 from t2t_keras import evalb
 from t2t_keras.cli import common_flags
+from t2t_keras.cli import file_checks
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("gold", None, "Gold trees, one per line.")
@@ -44,7 +45,14 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if not FLAGS.gold or not FLAGS.test:
     raise app.UsageError("Both --gold and --test are required.")
-  gold, test = file_io.read_aligned_lines(FLAGS.gold, FLAGS.test, ("--gold", "--test"))
+  for flag in ("gold", "test"):
+    file_checks.check_input_file(flag, getattr(FLAGS, flag), "a file of trees, one per line")
+  if FLAGS.write_test_trees:
+    common_flags.check_output_file("write_test_trees", FLAGS.write_test_trees)
+  try:
+    gold, test = file_io.read_aligned_lines(FLAGS.gold, FLAGS.test, ("--gold", "--test"))
+  except ValueError as e:  # line counts differ, or invalid UTF-8
+    raise app.UsageError(str(e)) from None
   if FLAGS.linearized_test:
     test = evalb.delinearize_lines(gold, test)
     if FLAGS.write_test_trees:

@@ -23,6 +23,7 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once)
+from t2t_keras.cli import file_checks  # noqa: E402
 flags.DEFINE_string("server", None, "host:port of the model server (gRPC, or REST with --rest).")
 flags.DEFINE_string("servable_name", None, "The --model_name given to tensorflow_model_server.")
 flags.DEFINE_string("signature", "serving_default", "serving_default or serialized_example.")
@@ -123,8 +124,8 @@ def _read_input() -> List[str]:
   if FLAGS.inputs_once is not None:
     return [FLAGS.inputs_once]
   if FLAGS.input_file:
-    from data_gen import file_io
-    return file_io.read_lines(FLAGS.input_file, name="--input_file")
+    return file_checks.read_input_lines("input_file", FLAGS.input_file,
+                                        "a text file of sentences, one per line")
   return [line.rstrip("\n") for line in sys.stdin]
 
 
@@ -133,6 +134,10 @@ def main(argv):
   for name in ("server", "servable_name"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
+  host, _, port = FLAGS.server.rpartition(":")
+  if not host or not port.isdigit():
+    raise app.UsageError(f"--server={FLAGS.server}: give host:port, e.g. localhost:8500 "
+                         "(gRPC) or localhost:8501 with --rest.")
   if FLAGS.signature not in ("serving_default", EXAMPLE_SIGNATURE):
     raise app.UsageError(f"--signature must be serving_default or {EXAMPLE_SIGNATURE}, got "
                          f"{FLAGS.signature!r}.")
@@ -143,10 +148,49 @@ def main(argv):
                            "to encode inputs and decode output ids.")
     from data_gen import registry
     encoders = registry.problem(FLAGS.problem, FLAGS.data_dir).feature_encoders(FLAGS.data_dir)
+  lines = _read_input()  # before connecting
   make = make_rest_request_fn if FLAGS.rest else make_grpc_request_fn
   request_fn = make(FLAGS.server, FLAGS.servable_name, FLAGS.signature, FLAGS.timeout_secs)
-  for line in translate(_read_input(), request_fn, FLAGS.batch_size, encoders):
+  try:
+    outputs = translate(lines, request_fn, FLAGS.batch_size, encoders)
+  except Exception as e:  # pylint: disable=broad-except
+    message = _server_error(e)
+    if message is None:
+      raise
+    raise app.UsageError(message) from None
+  for line in outputs:
     print(line, flush=True)
+
+
+def _server_error(e: Exception) -> Optional[str]:
+  """One line for a failed request (no server, unknown model, refused request); None
+  for other exceptions (bugs)."""
+  import urllib.error
+  api = "REST" if FLAGS.rest else "gRPC"
+  where = f"--server={FLAGS.server}"
+  grpc = sys.modules.get("grpc")
+  if grpc is not None and isinstance(e, grpc.RpcError):
+    code, details = e.code(), " ".join(str(e.details()).split())
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+      return (f"no model server answers gRPC at {where} ({code.name}: {details}); start "
+              f"tensorflow_model_server --port={FLAGS.server.rpartition(':')[2]} or give "
+              "its gRPC host:port (its REST port needs --rest).")
+    if code == grpc.StatusCode.NOT_FOUND:
+      return (f"the server at {where} has no model --servable_name={FLAGS.servable_name} "
+              f"({details}); give the --model_name it was started with.")
+    return f"the server at {where} refused the request ({code.name}: {details})."
+  if isinstance(e, urllib.error.HTTPError):
+    body = " ".join(e.read().decode("utf-8", "replace").split())[:300]
+    if e.code == 404:
+      return (f"the server at {where} has no model --servable_name={FLAGS.servable_name} "
+              f"(REST 404: {body}); give the --model_name it was started with.")
+    return f"the server at {where} refused the request (REST {e.code}: {body})."
+  if isinstance(e, (urllib.error.URLError, ConnectionError, TimeoutError)):
+    reason = getattr(e, "reason", e)
+    return (f"no model server answers {api} at {where} ({reason}); start "
+            f"tensorflow_model_server --rest_api_port={FLAGS.server.rpartition(':')[2]} or "
+            "give its REST host:port (without --rest: its gRPC port).")
+  return None
 
 
 def run():

@@ -10,6 +10,7 @@ the same command again resumes from the last checkpoint in --output_dir.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -18,6 +19,7 @@ from absl import app, flags
 FLAGS = flags.FLAGS
 
 from t2t_keras.cli import common_flags  # noqa: E402
+from t2t_keras.cli import file_checks  # noqa: E402
 
 # Every experiment flag but the decoder's --checkpoint_path and --decode_to_file.
 common_flags.define_experiment_flags([name for name in common_flags.EXPERIMENT_FLAGS
@@ -33,6 +35,8 @@ def main(argv):
       raise app.UsageError(f"--{name} is required.")
   if FLAGS.model != "transformer":
     raise app.UsageError(f"--model={FLAGS.model}: only 'transformer' is implemented.")
+  if FLAGS.decode_from_file:  # BLEU in evaluation: its files are checked now, not at step N
+    _check_bleu_files()
   import keras
   import tensorflow as tf
 
@@ -46,9 +50,9 @@ def main(argv):
     raise app.UsageError(str(e)) from None
   if FLAGS.random_seed is not None:
     keras.utils.set_random_seed(FLAGS.random_seed)
-  registry.import_usr_dir(FLAGS.t2t_usr_dir)
   training.set_mixed_precision(FLAGS.mixed_precision)
   try:  # Every setting is checked before anything is written to --output_dir.
+    registry.import_usr_dir(FLAGS.t2t_usr_dir)
     hparams = create_hparams(FLAGS.hparams_set, FLAGS.hparams)  # checks the schedule too
     config = experiment.RunConfig(
         output_dir=FLAGS.output_dir, train_steps=FLAGS.train_steps, eval_steps=FLAGS.eval_steps,
@@ -60,6 +64,13 @@ def main(argv):
     problem = registry.problem(FLAGS.problem, FLAGS.data_dir)
     problem.check_data_dir(FLAGS.data_dir)  # ValueError naming datagen if it did not finish
     encoders = problem.feature_encoders(FLAGS.data_dir)
+    if FLAGS.eval_bleu and not FLAGS.decode_from_file:
+      for side in ("inputs", "targets"):
+        path = problem.text_file(FLAGS.data_dir, "dev", side)
+        if not os.path.isfile(path):
+          raise ValueError(f"--eval_bleu decodes the dev text of --data_dir={FLAGS.data_dir}, "
+                           f"but {path} is missing; give --decode_from_file=FILE and "
+                           "--decode_reference=FILE instead.")
   except ValueError as e:
     raise app.UsageError(str(e)) from None
   spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
@@ -89,6 +100,22 @@ def main(argv):
           "command to resume.", flush=True)
     # 128 + the signal, as if killed by it: `trainer && decoder` does not go on.
     sys.exit(128 + (signals.signum or signal.SIGTERM))
+
+
+def _check_bleu_files():
+  """--decode_from_file and --decode_reference exist and pair up line by line."""
+  if not FLAGS.decode_reference:
+    raise app.UsageError("--decode_from_file needs --decode_reference for BLEU in evaluation.")
+  sources = file_checks.read_input_lines("decode_from_file", FLAGS.decode_from_file,
+                                         "a text file of source sentences, one per line")
+  references = file_checks.read_input_lines(
+      "decode_reference", FLAGS.decode_reference,
+      "a text file of reference translations, one per source line")
+  if len(sources) != len(references):
+    raise app.UsageError(
+        f"--decode_reference={FLAGS.decode_reference} has {len(references)} lines but "
+        f"--decode_from_file={FLAGS.decode_from_file} has {len(sources)}; give one reference "
+        "line per source line, in the same order.")
 
 
 def _bleu_hook(trainer, problem, encoders, decode_hp):

@@ -16,6 +16,7 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once)
+from t2t_keras.cli import file_checks  # noqa: E402
 
 common_flags.define_once("string", "output_dir", None, "Training run directory (hparams.json, run.json, "
                     "checkpoints, TensorBoard logs).")
@@ -92,7 +93,12 @@ def main(argv):
     raise app.UsageError("Give --head or --all_heads, not both.")
   from t2t_keras import run_dir, visualize
 
+  try:  # before the slow model building
+    visualize.check_matplotlib()
+  except ImportError as e:
+    raise app.UsageError(str(e)) from None
   plot_dir = FLAGS.plot_dir or os.path.join(FLAGS.output_dir, "plots")
+  file_checks.check_output_dir("plot_dir" if FLAGS.plot_dir else "output_dir", plot_dir)
   if FLAGS.sentence is not None:
     try:
       hparams, problem_name, _ = run_dir.load_run_files(FLAGS.output_dir)
