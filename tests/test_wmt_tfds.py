@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import tarfile
 import threading
 from unittest import mock
@@ -159,6 +160,8 @@ def tiny_checksums(monkeypatch, tmp_path):
   monkeypatch.setattr(tfds.builder_cls("wmt14_translate"), "url_infos", infos)
   default_dir = tmp_path / "home_tensorflow_datasets"
   monkeypatch.setattr(tfds_constants, "DATA_DIR", str(default_dir))
+  # tfds's DatasetInfo.initialize_from_bucket leaves an empty mkdtemp() folder per call.
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
   return default_dir
 
 
@@ -240,7 +243,7 @@ def test_datagen_cli_download_failure_is_one_line_exit_2(tmp_path):
   home = tmp_path / "home"
   home.mkdir()
   env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-  env.update(HOME=str(home), HTTP_PROXY=server.url, http_proxy=server.url, PYTHONPATH=ROOT,
+  env.update(HOME=str(home), TMPDIR=str(tmp_path), HTTP_PROXY=server.url, http_proxy=server.url, PYTHONPATH=ROOT,
              TF_CPP_MIN_LOG_LEVEL="3")
   env.pop("TFDS_DATA_DIR", None)
   tmp_dir = str(tmp_path / "tmp")
