@@ -28,7 +28,10 @@ _define = common_flags.define_once  # several commands may be imported in one pr
 
 _define("string", "problem", None, "Registered problem name, e.g. translate_ende_ding_bible8k.")
 _define("string", "data_dir", None, "Where the vocab and TFRecord shards are written.")
-_define("string", "tmp_dir", "/tmp/t2t_datagen", "Scratch directory for downloads/sources.")
+_define("string", "tmp_dir", "/tmp/t2t_datagen",
+        "Scratch directory for sources and downloads. The WMT problems keep "
+        "tensorflow-datasets' downloads (<tmp_dir>/downloads) and prepared data "
+        "(<tmp_dir>/tensorflow_datasets) here; copy the WMT archives into it to work offline.")
 _define("integer", "num_shards", None, "Number of train shards (default: the problem's, T2T 100).")
 _define("integer", "max_cases", None, "At most this many examples per split.")
 _define("integer", "random_seed", 429459, "Seed of the per-shard shuffle.")
