@@ -97,6 +97,9 @@ class TextDecoder:
     self.log = log
     self.use_cache = use_cache
     self._decode_fns = {}  # jit_compile -> fn, kept across calls (XLA keeps its compilations)
+    # What decoding runs: the model, or its bfloat16 twin (weights cast once per
+    # decode_lines call, so that a trainer's BLEU hook sees the weights of its step).
+    self._inference = decoding.inference_model(model)
     self.score_fn = tf.function(lambda x, y: decoding.score_targets(model, x, y),
                                 input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2)
     self.truncated = 0
@@ -120,7 +123,7 @@ class TextDecoder:
     """The decoding tf.function with or without XLA, made once."""
     if jit_compile not in self._decode_fns:
       self._decode_fns[jit_compile] = decoding.make_decode_fn(
-          self.model, self.decode_hp, use_cache=self.use_cache, jit_compile=jit_compile)
+          self._inference, self.decode_hp, use_cache=self.use_cache, jit_compile=jit_compile)
     return self._decode_fns[jit_compile]
 
   @staticmethod
@@ -147,8 +150,10 @@ class TextDecoder:
     return "\t".join(parts)
 
   def decode_lines(self, lines: Sequence[str], progress_every_secs: float = 10.0) -> List[str]:
-    """One output string per input line, in input order."""
+    """One output string per input line, in input order, by the model's current weights."""
     self.truncated = self.cleaned = 0
+    if self._inference is not self.model:
+      decoding.copy_weights(self.model, self._inference)
     outputs = [""] * len(lines)
     todo = [i for i, line in enumerate(lines) if tokenizer.normalize_input(line)]
     # T2T: longest first by whitespace tokens; stable for equal lengths.

@@ -57,9 +57,15 @@ def inference_model(model: Transformer) -> Transformer:
     raise ValueError("the bfloat16 twin's variables differ from the model's: "
                      f"{[v.path for v in twin.weights][:5]}... vs "
                      f"{[v.path for v in model.weights][:5]}...")
+  copy_weights(model, twin)
+  return twin
+
+
+def copy_weights(model: Transformer, twin: Transformer) -> None:
+  """Casts `model`'s current weights into its `inference_model` twin (a snapshot:
+  a model that trains on must be copied again before the twin decodes)."""
   for source, target in zip(model.weights, twin.weights):
     target.assign(tf.cast(source.value, target.dtype))
-  return twin
 
 
 def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True) -> Callable:

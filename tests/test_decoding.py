@@ -466,3 +466,37 @@ def test_bfloat16_weights_cast_once_decode_bit_identical_to_mixed_precision():
   np.testing.assert_allclose(ours[1].numpy(), mixed[1].numpy(), rtol=0.02)
   float_model, _ = _random_model()
   assert decoding.inference_model(float_model) is float_model
+
+
+class _IdEncoder:
+  """Text "5 7 9" <-> ids [5, 7, 9]: decoding tests need no vocabulary."""
+
+  def encode(self, text):
+    return [int(t) for t in text.split()]
+
+  def decode(self, ids):
+    return " ".join(str(i) for i in ids)
+
+
+def test_text_decoder_of_a_mixed_bfloat16_model_follows_its_weights():
+  """The trainer's BLEU hook keeps one TextDecoder while the model trains: each
+  decode_lines must use the weights of that moment, not those of the first call
+  (the bfloat16 twin holds a copy)."""
+  import keras
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    model, _ = _random_model()
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  encoders = {"inputs": _IdEncoder(), "targets": _IdEncoder()}
+  dhp = create_decode_hparams("beam_size=2,extra_length=6")
+  lines = ["5 7 9 11", "3 4", "20 21 22"]
+  decoder = decode_text.TextDecoder(model, encoders, dhp, jit_compile=False, log=lambda l: None)
+  before = decoder.decode_lines(lines)
+  rng = np.random.default_rng(3)
+  for v in model.trainable_weights:  # a training step's worth of change, and more
+    v.assign(v.numpy() + rng.normal(scale=0.5, size=v.shape).astype(np.float32))
+  fresh = decode_text.TextDecoder(model, encoders, dhp, jit_compile=False, log=lambda l: None)
+  want = fresh.decode_lines(lines)
+  assert want != before  # the weights' change shows in the output
+  assert decoder.decode_lines(lines) == want
