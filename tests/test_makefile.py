@@ -8,11 +8,14 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Under `make test` the outer make's settings would reach the inner one (and print
+# "make[1]: Entering directory ...").
+ENV = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
 
 
 def _make_variable(name: str) -> str:
-  out = subprocess.run(["make", "-pn", "-f", "Makefile"], cwd=REPO, capture_output=True,
-                       text=True, check=False).stdout
+  out = subprocess.run(["make", "--no-print-directory", "-pn", "-f", "Makefile"], cwd=REPO,
+                       env=ENV, capture_output=True, text=True, check=False).stdout
   match = re.search(r"^%s := (.*)$" % name, out, re.MULTILINE)
   assert match, f"{name} not in the Makefile's database"
   return match.group(1)
@@ -53,8 +56,9 @@ def test_other_pythons_get_one_line_naming_how_to_pick_another(version):
 
 
 def test_a_missing_interpreter_is_one_line_before_any_install(tmp_path):
-  res = subprocess.run(["make", "install", "PYTHON=no-such-python3", f"VENV={tmp_path}/v"],
-                       cwd=REPO, capture_output=True, text=True, check=False)
+  res = subprocess.run(["make", "--no-print-directory", "install", "PYTHON=no-such-python3",
+                        f"VENV={tmp_path}/v"], cwd=REPO, env=ENV, capture_output=True,
+                       text=True, check=False)
   assert res.returncode != 0
   assert res.stdout.strip().splitlines() == [
       "make: PYTHON=no-such-python3 is not a command. Pick an installed interpreter: "
