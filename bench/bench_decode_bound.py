@@ -24,7 +24,7 @@ faster of the bfloat16 matmul sets:
 is the speed-up of a bfloat16 decode whose matmuls all ran at the standalone
 bfloat16 speed and whose other work cost what it costs float32's best path. It
 also prints how little time the non-matmul work would have to take for a given
-target (`--target`, the 1.5x of issue 15) and the measured bfloat16 decode's
+target (`--target`, 1.5x) and the measured bfloat16 decode's
 speed-up. Rounds alternate the timings, so the machine's drift falls into the
 per-round figures; the medians over rounds are printed last.
 

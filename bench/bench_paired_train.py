@@ -19,7 +19,7 @@ ratios with a distribution-free confidence interval (order statistics of the
 binomial), and a verdict against the issue's target: "met" when the whole
 interval is at or above it, "not met" when it is below, else "undecided".
 
-Targets (issue 15): float32 1.15x; mixed bfloat16 2x on a CPU with native
+Targets: float32 1.15x; mixed bfloat16 2x on a CPU with native
 bfloat16, 3x with AMX; no bfloat16 target without native bfloat16.
 
   python3 -m venv ../mg-venv && ../mg-venv/bin/pip install tf-models-official==2.20.0
@@ -121,7 +121,7 @@ def median_interval(values: Sequence[float],
 
 
 def target(config: str, cpuinfo: Optional[str] = None) -> Optional[float]:
-  """Issue 15's speed target over Model Garden for `config` on this CPU (None: none)."""
+  """The speed target over Model Garden for `config` on this CPU (None: none)."""
   dtype = config.split(":")[0]
   if dtype == "float32":
     return 1.15
