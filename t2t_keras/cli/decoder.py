@@ -107,9 +107,9 @@ def _run_problem():
     registry.import_usr_dir(FLAGS.t2t_usr_dir)
     _, problem_name, _ = run_dir.load_run_files(FLAGS.output_dir)
     return registry.problem(problem_name, FLAGS.data_dir)
-  except FileNotFoundError as e:  # no hparams.json / run.json: not a training run
-    raise app.UsageError(str(e)) from None
-  except ValueError as e:  # --t2t_usr_dir, or a problem it no longer registers
+  # No hparams.json / run.json (not a training run); a bad --t2t_usr_dir, or a problem
+  # it no longer registers.
+  except (FileNotFoundError, ValueError) as e:
     raise app.UsageError(str(e)) from None
 
 
