@@ -22,6 +22,8 @@ import sys
 
 from absl import flags
 
+from t2t_keras import errors
+
 # name: (kind, default, help[, enum values]).
 _EXPERIMENT = {
     # Problem, model and run directory.
@@ -193,9 +195,10 @@ def check_output_file(flag: str, path: str) -> None:
 
 def run_cli(main) -> None:
   """app.run(main) with `parse_flags` (see the module docstring); a user error
-  (app.UsageError, a damaged checkpoint) prints one line `<program>: error:
-  <message>` and exits with status 2, without the usage text or a traceback; other
-  exceptions keep their traceback (they are bugs)."""
+  (app.UsageError, a damaged checkpoint, an `errors.RunError`, a full disk) prints
+  one line `<program>: error: <message>` and exits with the status of errors.py,
+  without the usage text or a traceback; other exceptions keep their traceback
+  (they are bugs)."""
   from absl import app
 
   module = sys.modules[main.__module__]
@@ -210,6 +213,13 @@ def run_cli(main) -> None:
       if isinstance(e, app.UsageError) or (
           checkpoints is not None and isinstance(e, checkpoints.CheckpointError)):
         _exit_with_error(str(e))
+      if isinstance(e, errors.RunError):
+        _exit_with_error(str(e), e.exit_status)
+      if errors.is_storage_error(e):
+        where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
+        _exit_with_error(f"no space left{where} ({e.strerror}); free some space and run the "
+                         "same command again: nothing written before is lost.",
+                         errors.STORAGE_STATUS)
       raise
 
   app.run(wrapped, flags_parser=lambda argv: parse_flags(argv, module))
@@ -225,9 +235,9 @@ def program_name() -> str:
   return name
 
 
-def _exit_with_error(message: str) -> None:
+def _exit_with_error(message: str, status: int = errors.USAGE_STATUS) -> None:
   print(f"{program_name()}: error: {message}", file=sys.stderr, flush=True)
-  sys.exit(2)
+  sys.exit(status)
 
 
 def parse_flags(argv, module) -> list:
