@@ -7,7 +7,7 @@ written under its final name. Every file is written under a temporary name
 (`<final>.<pid>.incomplete`, `file_io.temp_path`) and renamed, so a killed run
 never leaves a file that looks done; the next run removes such leftovers
 (`remove_stale_temporaries`), and a failed run removes its own. The manifest
-(`data_gen/manifest.py`) is written last.
+(`data_gen/manifest.py`) is marked complete last.
 """
 
 import logging
@@ -138,12 +138,31 @@ def write_tfrecords_atomic(path: str, records: Iterable[bytes]) -> int:
   return count
 
 
+def check_ids(example: Dict[str, Sequence[int]], vocab_sizes: Dict[str, int],
+              number: int, stage: str = "") -> None:
+  """Raises ValueError unless every id of each feature in `vocab_sizes` is in [0, size).
+
+  An id outside the vocabulary would only fail in the trainer's embedding lookup.
+  """
+  for key, size in vocab_sizes.items():
+    ids = example.get(key)
+    if ids and (max(ids) >= size or min(ids) < 0):
+      bad = next(i for i in ids if not 0 <= i < size)
+      raise ValueError("example %d%s: feature %r holds id %d, outside its vocabulary of %d ids "
+                       "(0..%d); the problem's encoder or generate_encoded_samples must give ids "
+                       "of the data_dir's vocabulary" % (number, " of " + stage if stage else "",
+                                                          key, bad, size, size - 1))
+
+
 def generate_files(examples: Iterable[Dict[str, Sequence[int]]], output_paths: Sequence[str],
                    max_cases: Optional[int] = None, progress: Progress = None,
-                   progress_every: int = 10000, stage: str = "") -> int:
+                   progress_every: int = 10000, stage: str = "",
+                   vocab_sizes: Optional[Dict[str, int]] = None) -> int:
   """Round-robins examples over `output_paths` (T2T `generate_files`).
 
   Files are renamed to their final names only after the generator is exhausted.
+  With `vocab_sizes` ({feature: size}), an id outside a feature's vocabulary
+  raises ValueError (`check_ids`) and nothing is kept.
 
   Returns:
     The number of examples written.
@@ -157,6 +176,8 @@ def generate_files(examples: Iterable[Dict[str, Sequence[int]]], output_paths: S
     for example in examples:
       if max_cases is not None and count >= max_cases:
         break
+      if vocab_sizes:
+        check_ids(example, vocab_sizes, count + 1, stage)
       writers[count % len(writers)].write(
           to_example(example).SerializeToString(deterministic=True))  # byte-identical reruns
       count += 1

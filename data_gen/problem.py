@@ -7,11 +7,23 @@ A problem turns raw text pairs into a vocabulary plus sharded TFRecords of
   data_dir/<name>-train-00000-of-00100 … , <name>-dev-00000-of-00001 [, -test-…]
   data_dir/<name>.dev.<lang>, <name>.test.<lang>   plain text for scoring a decoder
 
-`generate_data` is idempotent: a split whose final shards and text files all
-exist is skipped, the vocab is reused when present. It first removes leftovers of
-a killed run, removes the manifest before it changes any file, and writes
-`<name>.manifest.json` last (`data_gen/manifest.py`); a failed split removes its
-partial files. `check_data_dir` refuses a data_dir without a valid manifest.
+`generate_data` is idempotent and remembers its settings. The manifest
+`<name>.manifest.json` (`data_gen/manifest.py`) records the vocab's SHA-256 and
+the settings that shape the shards (train shard count, max_cases, random_seed);
+a setting not given is the recorded one, so a rerun with no settings (the
+command the trainer names) reproduces the data_dir. A split is skipped when the
+manifest lists it as written with the settings and vocab of this run, else it is
+rewritten: a changed vocab (rebuilt, or edited by hand) re-encodes every split; a
+setting given with another value than the recorded one regenerates the splits
+it shapes (the train shard count: train; max_cases, random_seed: all), as
+t2t-datagen does what its flags say; the data_dir never mixes settings. Without
+a manifest (a version before manifests) finished splits are kept and the train
+shard count is the one of the shards present.
+
+A run first removes leftovers of a killed run, marks the manifest incomplete
+before it changes any file, lists each split as it finishes, and marks it complete
+last; a failed split removes its partial files. `check_data_dir` refuses a
+data_dir without a complete, matching manifest.
 """
 
 import glob
@@ -228,53 +240,89 @@ class Text2TextProblem(Problem):
              "targets": encoders["targets"].encode(sample["targets"]) + [EOS_ID]}
 
   def generate_data(self, data_dir: str, tmp_dir: str, num_shards: Optional[int] = None,
-                    max_cases: Optional[int] = None, random_seed: int = 429459,
+                    max_cases: Optional[int] = None, random_seed: Optional[int] = None,
                     progress: generator_utils.Progress = None) -> Dict[str, Any]:
-    """Writes vocab, shards and dev/test text files; skips finished splits.
+    """Writes vocab, shards and dev/test text files; skips splits already written so.
+
+    A setting left None is the one the data_dir's manifest records (`_settings`).
+    A split is rewritten unless the manifest lists it as written with these
+    settings and the vocab file present; so a changed vocab re-encodes every split.
 
     Args:
-      num_shards: overrides the number of train shards (T2T: 100).
-      max_cases: at most this many examples per split.
+      num_shards: the number of train shards (default: the manifest's, else the
+        problem's; T2T: 100).
+      max_cases: at most this many examples per split; 0: no limit (as T2T).
+      random_seed: seed of the per-shard shuffle (default: the manifest's, else 429459).
       progress: called as progress(stage, done, total_or_None) on long steps.
 
     Returns:
       {"splits": {split: {"examples", "inputs_tokens", "targets_tokens", "skipped"}},
-       "vocab_seconds": float, "seconds": float}
+       "vocab_seconds": float, "seconds": float, "settings": {...},
+       "changed": {setting or "vocab": (recorded, now)}}
     """
     start = time.time()
-    if num_shards is not None and num_shards < 1:
-      raise ValueError("num_shards must be >= 1, got %r" % (num_shards,))
+    for name, value, low in (("num_shards", num_shards, 1), ("max_cases", max_cases, 0)):
+      if value is not None and (not isinstance(value, int) or value < low):
+        raise ValueError("%s must be an int >= %d, got %r" % (name, low, value))
     os.makedirs(data_dir, exist_ok=True)
     os.makedirs(tmp_dir, exist_ok=True)
     generator_utils.remove_stale_temporaries(data_dir, self.name)
-    manifest = manifest_lib.manifest_path(data_dir, self.name)
+    old = manifest_lib.read_manifest(data_dir, self.name)
+    settings, changed = self._settings(data_dir, old, num_shards, max_cases, random_seed)
     if progress is not None:
       progress("vocab", 0, None)
     encoders = self.get_or_create_vocab(data_dir, tmp_dir)
-    # Shards encoded with an older vocab are stale once a new vocab was built.
-    fresh_vocab = self.vocab_seconds > 0
-    changed = fresh_vocab or not os.path.exists(manifest)
-    result = {"splits": {}, "vocab_seconds": self.vocab_seconds}
-    written = {}
-    for spec in self.dataset_splits:
-      split = spec["split"]
-      shards = num_shards if (num_shards and split == DatasetSplit.TRAIN) else spec["shards"]
-      final = self.shard_paths(data_dir, split, shards)
-      skipped = not fresh_vocab and self._split_done(data_dir, split, shards)
-      if not skipped:
-        changed = True
-        file_io.remove_quietly([manifest])  # before any listed file changes
-        self._generate_split(data_dir, tmp_dir, split, shards, encoders, max_cases,
-                             random_seed, progress)
-      stats = generator_utils.shard_stats(final)
-      stats["skipped"] = skipped
-      result["splits"][split] = stats
-      written[split] = (final, self.split_text_files(data_dir, split))
-    if changed:  # last: its presence means every file above is complete
-      vocabs = [os.path.join(data_dir, f) for f in self.vocab_filenames.values()]
-      manifest_lib.write_manifest(data_dir, self.name, vocabs, written)
+    if self.vocab_seconds > 0 or not manifest_lib.vocab_unchanged(old, data_dir):
+      changed["vocab"] = ("the manifest's", "new" if self.vocab_seconds > 0 else "edited")
+      old = {"splits": {}}  # shards encoded with another vocab are stale
+    vocabs = [os.path.join(data_dir, f) for f in self.vocab_filenames.values()]
+    shards = {spec["split"]: (settings["num_shards"] if spec["split"] == DatasetSplit.TRAIN
+                              else spec["shards"]) for spec in self.dataset_splits}
+    todo = [split for split, n in shards.items() if not (
+        self._split_done(data_dir, split, n)
+        and manifest_lib.split_reusable(old, data_dir, split, n, settings))]
+    entries = {split: manifest_lib.split_entry(
+        self.shard_paths(data_dir, split, n), self.split_text_files(data_dir, split))
+               for split, n in shards.items() if split not in todo and (
+                   todo or old is None or old.get("settings") != settings
+                   or old.get("complete") is False)}
+    for split in todo:  # the manifest says what is done, and with which settings
+      manifest_lib.write_manifest(data_dir, self.name, vocabs, entries, settings, False)
+      self._generate_split(data_dir, tmp_dir, split, shards[split], encoders,
+                           settings["max_cases"], settings["random_seed"], progress)
+      entries[split] = manifest_lib.split_entry(
+          self.shard_paths(data_dir, split, shards[split]), self.split_text_files(data_dir, split))
+    if entries:  # complete: every split is written with these settings and vocab
+      manifest_lib.write_manifest(data_dir, self.name, vocabs, entries, settings)
+    result = {"splits": {}, "vocab_seconds": self.vocab_seconds, "settings": settings,
+              "changed": changed}
+    for split, n in shards.items():
+      result["splits"][split] = dict(generator_utils.shard_stats(
+          self.shard_paths(data_dir, split, n)), skipped=split not in todo)
     result["seconds"] = time.time() - start
     return result
+
+  def _settings(self, data_dir: str, manifest: Optional[Dict], num_shards: Optional[int],
+                max_cases: Optional[int], random_seed: Optional[int]):
+    """(settings, {name: (recorded, given)} for given settings that differ from the record).
+
+    Each setting is the one given, else the one recorded (`manifest.recorded_settings`),
+    else the default; max_cases 0 is stored as None (no limit).
+    """
+    present = glob.glob(os.path.join(data_dir, "%s-%s-[0-9]*-of-[0-9]*" % (
+        self.name, DatasetSplit.TRAIN)))
+    recorded = manifest_lib.recorded_settings(
+        manifest, [p for p in present if not p.endswith(file_io.TMP_SUFFIX)])
+    defaults = {"num_shards": {s["split"]: s["shards"] for s in self.dataset_splits}.get(
+        DatasetSplit.TRAIN, 1), "max_cases": None,
+                "random_seed": manifest_lib.DEFAULT_RANDOM_SEED}
+    given = {"num_shards": num_shards, "max_cases": max_cases, "random_seed": random_seed}
+    settings = {k: (given[k] if given[k] is not None else recorded.get(k, defaults[k]))
+                for k in manifest_lib.SETTINGS}
+    settings["max_cases"] = settings["max_cases"] or None
+    changed = {k: (recorded[k], settings[k]) for k in manifest_lib.SETTINGS
+               if k in recorded and given[k] is not None and recorded[k] != settings[k]}
+    return settings, changed
 
   def _generate_split(self, data_dir, tmp_dir, split, shards, encoders, max_cases,
                       random_seed, progress) -> None:
@@ -294,7 +342,8 @@ class Text2TextProblem(Problem):
     texts: Optional[List[tuple]] = [] if split != DatasetSplit.TRAIN else None
     generator_utils.generate_files(
         self.generate_encoded_samples(data_dir, tmp_dir, split, encoders, texts),
-        unshuffled, max_cases=max_cases, progress=progress, stage=split)
+        unshuffled, max_cases=max_cases, progress=progress, stage=split,
+        vocab_sizes={k: encoders[k].vocab_size for k in ("inputs", "targets")})
     if texts is not None:
       # Text files hold exactly the written examples, in generation order.
       texts = texts[:max_cases] if max_cases is not None else texts

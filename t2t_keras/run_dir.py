@@ -5,7 +5,9 @@
   hparams.json        `HParams.to_json()`: every model and training hparam (T2T names)
   run.json            the run's identity, written when training starts and
                       checked on resume: `problem` and the `ModelSpec` fields
-                      (`input_vocab_size`, `target_vocab_size`, `target_space_id`);
+                      (`input_vocab_size`, `target_vocab_size`, `target_space_id`),
+                      `vocab`: per vocab file (one when inputs and targets share it)
+                      its name, the features using it, size and SHA-256;
                       and the last training's status, written when it stops:
                       `start_step`, `stop_reason` (one of STOP_REASONS), `stop_step`
   checkpoint, ckpt-<step>.*   `tf.train.CheckpointManager` (experiment.py;
@@ -15,25 +17,32 @@
 Trainer, decoder, exporter, averager, visualizer and the T2T importer read and
 write these files only through this module, and build the model only with
 `build_model`, whose layer name `transformer` is part of every checkpoint key.
+Before building a model on a `--data_dir`, they call `check_vocab`: ids mean
+nothing with another vocabulary, even one of the same size.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
 from data_gen import file_io
 from t2t_keras import checkpoints
+from t2t_keras.errors import RunError
 from t2t_keras.hparams import HParams
 
 HPARAMS_FILE = "hparams.json"
 RUN_FILE = "run.json"
 # run.json: the problem's registered name, beside the ModelSpec fields.
 PROBLEM_KEY = "problem"
+# run.json: [{"file", "features", "size", "sha256"}], one entry per vocab file.
+VOCAB_KEY = "vocab"
+_SIZE_KEYS = {"inputs": "input_vocab_size", "targets": "target_vocab_size"}
 # run.json entries that change from one training invocation to the next.
 STATUS_KEYS = ("start_step", "stop_reason", "stop_step")
 STOP_REASONS = ("train_steps", "train_seconds", "signal")
@@ -74,15 +83,16 @@ def _write_json(path: str, value: dict) -> None:
 
 
 def save_or_check_run_files(output_dir: str, hparams: HParams, problem_name: str,
-                            spec: ModelSpec) -> None:
+                            spec: ModelSpec, vocab: Optional[List[dict]] = None) -> None:
   """Writes hparams.json and run.json, or checks them against an existing run.
 
-  The status entries of an existing run.json (STATUS_KEYS) are kept.
+  The status entries of an existing run.json (STATUS_KEYS) are kept. `vocab`
+  (`vocab_record`) is recorded; a run.json without one (an older version's) gets it.
 
   Raises:
-    ValueError: when `output_dir` is a file, or holds a run with other hparams
-      or problem, naming the differing fields: resuming it silently with new
-      values would corrupt it.
+    ValueError: when `output_dir` is a file, or holds a run with other hparams,
+      problem or vocabulary, naming the differing fields: resuming it silently
+      with new values would corrupt it.
   """
   if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
     raise ValueError(f"output_dir {output_dir} is a file, not a directory.")
@@ -101,12 +111,119 @@ def save_or_check_run_files(output_dir: str, hparams: HParams, problem_name: str
   if tf.io.gfile.exists(run_path):
     old_run = _read_json(run_path)
     status = {k: old_run.pop(k) for k in STATUS_KEYS if k in old_run}
+    old_vocab = old_run.pop(VOCAB_KEY, None)
     if old_run != run:
       raise ValueError(f"{output_dir} holds a run of {old_run}, not {run}. Use another "
                        "--output_dir.")
+    if old_vocab is not None and vocab is not None and old_vocab != vocab:
+      raise ValueError(f"{output_dir} holds a run of the vocabulary {old_vocab}, not "
+                       f"{vocab}. Use another --output_dir, or the run's --data_dir.")
+    vocab = vocab if vocab is not None else old_vocab
   tf.io.gfile.makedirs(output_dir)
   file_io.write_text(hparams_path, hparams.to_json())
-  _write_json(run_path, {**run, **status})
+  _write_json(run_path, {**run, **({VOCAB_KEY: vocab} if vocab is not None else {}), **status})
+
+
+def _sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with tf.io.gfile.GFile(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def vocab_record(problem, data_dir: str, encoders: Optional[Dict] = None) -> List[dict]:
+  """run.json's `vocab`: per vocab file of `problem` in `data_dir` (sorted by name),
+  {"file": name, "features": ["inputs", ...], "size": ids, "sha256": hex digest}.
+
+  Args:
+    problem: a `Text2TextProblem` (its `vocab_filenames` and `feature_encoders`).
+    encoders: the problem's encoders of `data_dir`, if already loaded.
+  Raises:
+    ValueError: a vocab file is missing or malformed, naming it.
+  """
+  encoders = encoders or problem.feature_encoders(data_dir)
+  by_file: Dict[str, dict] = {}
+  for side in ("inputs", "targets"):
+    name = problem.vocab_filenames[side]
+    if name not in by_file:
+      by_file[name] = {"file": name, "features": [], "size": encoders[side].vocab_size,
+                       "sha256": _sha256(os.path.join(data_dir, name))}
+    by_file[name]["features"].append(side)
+  return [by_file[name] for name in sorted(by_file)]
+
+
+def _vocab_differences(run: dict, current: List[dict], data_dir: str) -> List[str]:
+  """What differs between the vocabularies recorded in `run` and `current`, per file."""
+  recorded = {side: entry for entry in run.get(VOCAB_KEY) or []
+              for side in entry.get("features", [])}
+  found = []
+  for entry in current:
+    what = []
+    for side in entry["features"]:
+      size, digest = run.get(_SIZE_KEYS[side]), recorded.get(side, {}).get("sha256")
+      if size is not None and size != entry["size"]:
+        what.append(f"size {entry['size']}, the run's {size}")
+      if digest and digest != entry["sha256"]:
+        what.append(f"SHA-256 {entry['sha256'][:16]}..., the run's {digest[:16]}...")
+    if what:
+      found.append(f"{os.path.join(data_dir, entry['file'])} ({', '.join(dict.fromkeys(what))})")
+  return found
+
+
+def check_vocab(output_dir: str, data_dir: str, log: Callable[[str], None], problem=None,
+                resuming: bool = False) -> Optional[List[dict]]:
+  """Refuses a `data_dir` whose vocabulary is not the one the run in `output_dir` used.
+
+  Compares size and SHA-256 of each vocab file with run.json's. A run.json of an
+  older version (sizes but no hash) passes with a one-line `log`: a warning, or
+  with `resuming` (the trainer, which then records the hash) a note. Without a
+  readable run.json (a new run) nothing is checked.
+
+  Args:
+    problem: the problem, default the one run.json names (looked up with `data_dir`).
+  Returns:
+    The `vocab_record` of `data_dir`; None without run.json and `problem`.
+  Raises:
+    RunError: naming both files and what differs, or a missing vocab file.
+  """
+  run_path = _path(output_dir, RUN_FILE)
+  run = None
+  if tf.io.gfile.exists(run_path):
+    try:
+      run = _read_json(run_path)
+    except ValueError:  # damaged: loading the run reports it
+      pass
+  run = run if isinstance(run, dict) else None
+  if run is not None and problem is not None and run.get(PROBLEM_KEY) != problem.name:
+    run = None  # another problem: save_or_check_run_files refuses it
+  if problem is None:
+    if run is None or PROBLEM_KEY not in run:
+      return None
+    from data_gen import registry  # pylint: disable=g-import-not-at-top
+    try:
+      problem = registry.problem(run[PROBLEM_KEY], data_dir)
+    except ValueError as e:
+      raise RunError(str(e)) from None
+  try:
+    current = vocab_record(problem, data_dir)
+  except ValueError as e:
+    raise RunError(f"--data_dir={data_dir}: {e}") from None
+  if run is None:
+    return current
+  files = ", ".join(os.path.join(data_dir, e["file"]) for e in current)
+  differences = _vocab_differences(run, current, data_dir)
+  if differences:
+    raise RunError(
+        f"the vocabulary of --data_dir differs from the one {run_path} was trained with: "
+        f"{'; '.join(differences)}. Give the --data_dir the run "
+        "was trained on (with its vocab file unchanged), or train a new run on this one.")
+  if not run.get(VOCAB_KEY):
+    log(f"note: {run_path} records no vocabulary hash (an older t2t_keras run); recording "
+        f"that of {files} now." if resuming else
+        f"WARNING: {run_path} records no vocabulary hash (an older t2t_keras run): only the "
+        f"size of {files} was checked against it.")
+  return current
 
 
 def record_stop(output_dir: str, reason: str, start_step: int, step: int) -> None:

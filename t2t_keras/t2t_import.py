@@ -330,7 +330,8 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
       target_space_id = _choose_target_space(problem, source, hp, log)
     spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
                              target_space_id)
-    run_dir.save_or_check_run_files(tmp, hp, problem.name, spec)
+    run_dir.save_or_check_run_files(tmp, hp, problem.name, spec,
+                                    run_dir.vocab_record(problem, tmp, encoders))
     trainer = Trainer(hp, spec, tf.distribute.get_strategy(), train_steps=1)
     loaded = load_t2t_weights(trainer.model, source)
     step = loaded["global_step"]

@@ -68,7 +68,11 @@ def test_sigkill_mid_shard_then_rerun(tmp_path, capsys):
   partial = "%s-train-00002-of-00004.%d%s" % (NAME, pid, gu.TMP_SUFFIX)
   assert partial in names and os.path.getsize(os.path.join(data_dir, partial)) > 0
   assert {"%s-train-0000%d-of-00004" % (NAME, i) for i in (0, 1)} <= names
-  assert not any("-dev-" in n for n in names) and NAME + ".manifest.json" not in names
+  assert not any("-dev-" in n for n in names)
+  # The manifest remembers the run's settings, lists no split yet and is incomplete.
+  killed = manifest_lib.read_manifest(data_dir, NAME)
+  assert killed["complete"] is False and killed["splits"] == {}
+  assert killed["settings"]["num_shards"] == 4
   # The truncated shard matches T2T's `-train*` glob but no reader takes it.
   problem = registry.problem(NAME, data_dir)
   pattern = problem.filepattern(data_dir, "train")
@@ -159,7 +163,7 @@ def test_full_disk_cleans_up_after_itself(tmp_path, capsys, monkeypatch, stage):
   assert code == 1 and "disk full" in out and "No space left" in out, out
   names = sorted(os.listdir(data_dir))
   assert not [n for n in names if n.endswith(gu.TMP_SUFFIX) or "-train-" in n], names
-  assert NAME + ".manifest.json" not in names
+  assert manifest_lib.read_manifest(data_dir, NAME)["complete"] is False
   monkeypatch.setattr(gu, "open_record_writer", real_open)
   code, out = _datagen_in_process(capsys, "--data_dir=" + data_dir, *args)
   assert code == 0, out

@@ -151,6 +151,8 @@ def load_trained_run():
   from t2t_keras import training
   # The model computes in the precision asked for (weights stay float32 either way).
   training.set_mixed_precision(FLAGS.mixed_precision)
+  # Before the model is built: its ids mean nothing with another vocabulary.
+  run_dir.check_vocab(FLAGS.output_dir, FLAGS.data_dir, lambda line: print(line, file=sys.stderr))
   try:
     model, hparams, problem_name, _, path = run_dir.load_trained_model(
         FLAGS.output_dir, FLAGS.checkpoint_path,

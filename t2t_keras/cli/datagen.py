@@ -6,8 +6,21 @@ r"""`t2t_keras_datagen`: T2T's `t2t-datagen` — vocab + sharded TFRecords for a
       --dev_source=dev.en --dev_target=dev.de --vocab_size=8192
 
 Running it again removes leftovers of a killed run, skips finished splits and
-reuses the vocab; `<problem>.manifest.json` is written last, and the trainer
-refuses a data_dir without it.
+reuses the vocab. `<problem>.manifest.json` remembers the vocab's SHA-256 and
+the settings that shape the shards (--num_shards, --max_cases, --random_seed):
+
+- A setting not given is the remembered one, so `t2t_keras_datagen
+  --problem=P --data_dir=D` (what the trainer says to run) reproduces the
+  data_dir as it was generated.
+- A setting given with another value than the remembered one is applied: the
+  splits it shapes are generated again (as t2t-datagen does what its flags say),
+  and the summary names the old and the new value. A data_dir never mixes
+  settings.
+- A vocab file that changed since the shards were written (rebuilt, or edited)
+  re-encodes every split with it.
+
+The manifest is complete only when every split is written; the trainer refuses a
+data_dir without a complete manifest that matches its files and vocab.
 """
 
 import errno
@@ -32,20 +45,18 @@ _define("string", "tmp_dir", "/tmp/t2t_datagen",
         "Scratch directory for sources and downloads. The WMT problems keep "
         "tensorflow-datasets' downloads (<tmp_dir>/downloads) and prepared data "
         "(<tmp_dir>/tensorflow_datasets) here; copy the WMT archives into it to work offline.")
-_define("integer", "num_shards", None, "Number of train shards (default: the problem's, T2T 100).")
-_define("integer", "max_cases", None, "At most this many examples per split.")
-_define("integer", "random_seed", 429459, "Seed of the per-shard shuffle.")
+_define("integer", "num_shards", None, "Number of train shards (default: as the data_dir's "
+        "manifest records, else the problem's: T2T 100).")
+_define("integer", "max_cases", None, "At most this many examples per split; 0: no limit "
+        "(default: as the data_dir's manifest records, else no limit).")
+_define("integer", "random_seed", None, "Seed of the per-shard shuffle (default: as the "
+        "data_dir's manifest records, else 429459).")
 _define("string", "t2t_usr_dir", None, "Directory (a package) with user @register_problem modules.")
 _define("string", "train_source", None, "translate_from_files: training source text file.")
 _define("string", "train_target", None, "translate_from_files: training target text file.")
 _define("string", "dev_source", None, "translate_from_files: dev source text file.")
 _define("string", "dev_target", None, "translate_from_files: dev target text file.")
 _define("integer", "vocab_size", 2**15, "translate_from_files: approximate subword vocab size.")
-
-def _seed() -> int:
-  # The trainer's --random_seed (default None) may have been defined first in this process.
-  return 429459 if FLAGS.random_seed is None else FLAGS.random_seed
-
 
 _FILE_FLAGS = ("train_source", "train_target", "dev_source", "dev_target")
 
@@ -77,10 +88,16 @@ def _make_problem(name: str, data_dir: str):
 
 def _summary(name: str, data_dir: str, result) -> str:
   lines = ["problem %s -> %s" % (name, data_dir)]
+  for key, (old, new) in sorted(result["changed"].items()):
+    lines.append("  vocab %s since the shards were written: every split re-encoded" % new
+                 if key == "vocab" else
+                 "  --%s=%s (the manifest's: %s): regenerated what it shapes" % (key, new, old))
   for split, s in result["splits"].items():
     lines.append("  %-5s %8d examples  %10d input tokens  %10d target tokens%s"
                  % (split, s["examples"], s["inputs_tokens"], s["targets_tokens"],
                     "  (already done, skipped)" if s["skipped"] else ""))
+  lines.append("  settings: %s" % ", ".join(
+      "%s=%s" % (k, result["settings"][k]) for k in sorted(result["settings"])))
   lines.append("  vocab build %.1fs%s, total %.1fs" % (
       result["vocab_seconds"], " (reused)" if result["vocab_seconds"] == 0 else "",
       result["seconds"]))
@@ -106,7 +123,7 @@ def run(argv) -> int:
                                      "a UTF-8 text file, one sentence per line")
     problem = _make_problem(FLAGS.problem, data_dir)
     result = problem.generate_data(data_dir, tmp_dir, num_shards=FLAGS.num_shards,
-                                   max_cases=FLAGS.max_cases, random_seed=_seed(),
+                                   max_cases=FLAGS.max_cases, random_seed=FLAGS.random_seed,
                                    progress=_progress)
   except ValueError as e:
     print("t2t_keras_datagen: error: %s" % e, file=sys.stderr)
@@ -114,8 +131,8 @@ def run(argv) -> int:
   except OSError as e:  # e.g. a full disk; the unfinished split's files were removed
     hint = " (disk full: free space in %s and rerun)" % FLAGS.data_dir if (
         e.errno == errno.ENOSPC) else ""
-    print("t2t_keras_datagen: error: %s%s; partial files were removed and no manifest was "
-          "written, so trainers refuse this data_dir until a rerun finishes"
+    print("t2t_keras_datagen: error: %s%s; partial files were removed and the manifest is "
+          "marked incomplete, so trainers refuse this data_dir until a rerun finishes"
           % (e, hint), file=sys.stderr)
     return 1
   print(_summary(FLAGS.problem, data_dir, result), flush=True)

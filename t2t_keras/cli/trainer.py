@@ -64,6 +64,7 @@ def main(argv):
     problem = registry.problem(FLAGS.problem, FLAGS.data_dir)
     problem.check_data_dir(FLAGS.data_dir)  # ValueError naming datagen if it did not finish
     encoders = problem.feature_encoders(FLAGS.data_dir)
+    vocab = run_dir.check_vocab(FLAGS.output_dir, FLAGS.data_dir, print, problem, resuming=True)
     if FLAGS.eval_bleu and not FLAGS.decode_from_file:
       for side in ("inputs", "targets"):
         path = problem.text_file(FLAGS.data_dir, "dev", side)
@@ -78,7 +79,7 @@ def main(argv):
   trainer = training.Trainer(hparams, spec, strategy, FLAGS.train_steps, FLAGS.jit_compile)
   eval_hook = _bleu_hook(trainer, problem, encoders, decode_hp)
   try:
-    run_dir.save_or_check_run_files(FLAGS.output_dir, hparams, problem.name, spec)
+    run_dir.save_or_check_run_files(FLAGS.output_dir, hparams, problem.name, spec, vocab)
   except ValueError as e:  # another run's hparams or problem in --output_dir
     raise app.UsageError(str(e)) from None
   train_pattern = problem.filepattern(FLAGS.data_dir, "train")

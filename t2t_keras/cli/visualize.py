@@ -11,6 +11,7 @@ PNG written is printed.
 from __future__ import annotations
 
 import os
+import sys
 
 from absl import app, flags
 
@@ -55,7 +56,7 @@ def _load_model(output_dir: str, checkpoint_path):
 
 def _attention_pictures(hparams, problem_name: str, plot_dir: str) -> list:
   from data_gen import registry
-  from t2t_keras import visualize
+  from t2t_keras import run_dir, visualize
 
   kinds = visualize.KINDS if FLAGS.kind == "all" else (FLAGS.kind,)
   head = None if FLAGS.all_heads else FLAGS.head
@@ -66,7 +67,10 @@ def _attention_pictures(hparams, problem_name: str, plot_dir: str) -> list:
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   registry.import_usr_dir(FLAGS.t2t_usr_dir)
-  encoders = registry.problem(problem_name, FLAGS.data_dir).feature_encoders(FLAGS.data_dir)
+  problem = registry.problem(problem_name, FLAGS.data_dir)
+  run_dir.check_vocab(FLAGS.output_dir, FLAGS.data_dir,  # before the model
+                      lambda line: print(line, file=sys.stderr), problem)
+  encoders = problem.feature_encoders(FLAGS.data_dir)
   model = _load_model(FLAGS.output_dir, FLAGS.checkpoint_path)
   input_ids = encoders["inputs"].encode(FLAGS.sentence) + [visualize.EOS_ID]
   if FLAGS.target is not None:
