@@ -167,7 +167,7 @@ def _vocab_differences(run: dict, current: List[dict], data_dir: str) -> List[st
       if digest and digest != entry["sha256"]:
         what.append(f"SHA-256 {entry['sha256'][:16]}..., the run's {digest[:16]}...")
     if what:
-      found.append(f"{os.path.join(data_dir, entry['file'])} ({', '.join(dict.fromkeys(what))})")
+      found.append(f"{os.path.join(data_dir, entry['file'])} ({'; '.join(dict.fromkeys(what))})")
   return found
 
 
@@ -215,8 +215,8 @@ def check_vocab(output_dir: str, data_dir: str, log: Callable[[str], None], prob
   differences = _vocab_differences(run, current, data_dir)
   if differences:
     raise RunError(
-        f"the vocabulary of --data_dir differs from the one {run_path} was trained with: "
-        f"{'; '.join(differences)}. Give the --data_dir the run "
+        f"the vocabulary of --data_dir is not the one the run was trained with (recorded in "
+        f"{run_path}): {', '.join(differences)}. Give the --data_dir the run "
         "was trained on (with its vocab file unchanged), or train a new run on this one.")
   if not run.get(VOCAB_KEY):
     log(f"note: {run_path} records no vocabulary hash (an older t2t_keras run); recording "

@@ -49,7 +49,8 @@ class _Run:
     self.spec = ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
     self.pattern = problem.filepattern(self.data_dir, "train")
     self.dir = os.path.join(root, "good")
-    run_dir.save_or_check_run_files(self.dir, self.hp, "translate_from_files", self.spec)
+    run_dir.save_or_check_run_files(self.dir, self.hp, "translate_from_files", self.spec,
+                                    run_dir.vocab_record(problem, self.data_dir, enc))
     self.trainer = Trainer(self.hp, self.spec, create_strategy("one_device"))
     self.experiment(self.dir, STEPS).train()
     self.sums = _sums(self.dir)

@@ -402,15 +402,17 @@ def test_observers_are_deterministic(observer, context, text_path, request):
 def test_decoder_cli_num_samples_and_log_results(tmp_path):
   """num_samples keeps the first N dev examples (and references); log_results logs them."""
   from data_gen import registry
-  from t2t_keras.run_dir import save_or_check_run_files
+  from t2t_keras.run_dir import save_or_check_run_files, vocab_record
   from t2t_keras.run_dir import ModelSpec
   from tests.tiny_problem import make_tiny_problem
   data_dir = make_tiny_problem(str(tmp_path), train=100, dev=6)
-  encoders = registry.problem("translate_from_files", data_dir).feature_encoders(data_dir)
+  problem = registry.problem("translate_from_files", data_dir)
+  encoders = problem.feature_encoders(data_dir)
   spec = ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size, 0)
   hp = create_hparams("transformer_tiny", TINY)
   run_dir = str(tmp_path / "run")
-  save_or_check_run_files(run_dir, hp, "translate_from_files", spec)
+  save_or_check_run_files(run_dir, hp, "translate_from_files", spec,
+                          vocab_record(problem, data_dir, encoders))
   model = Transformer(hp, spec.input_vocab_size, spec.target_vocab_size, 0)
   model.build()  # An untrained model decodes as well as any for this test.
   tf.train.CheckpointManager(tf.train.Checkpoint(model=model), run_dir, 1).save(1)

@@ -30,7 +30,7 @@ TINY = ("num_hidden_layers=1,hidden_size=32,filter_size=64,num_heads=2,batch_siz
 def parse_run(tmp_path_factory):
   from data_gen import registry
   from t2t_keras import experiment
-  from t2t_keras.run_dir import save_or_check_run_files
+  from t2t_keras.run_dir import save_or_check_run_files, vocab_record
   from t2t_keras.hparams import create_hparams
   from t2t_keras.run_dir import ModelSpec
   from t2t_keras.training import Trainer, create_strategy
@@ -46,7 +46,7 @@ def parse_run(tmp_path_factory):
   hp = create_hparams("transformer_tiny", TINY)
   spec = ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size,
                    problem.target_space_id)
-  save_or_check_run_files(run_dir, hp, PROBLEM, spec)
+  save_or_check_run_files(run_dir, hp, PROBLEM, spec, vocab_record(problem, data_dir, enc))
   tf.keras.utils.set_random_seed(0)
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=5)
   config = experiment.RunConfig(output_dir=run_dir, train_steps=5, local_eval_frequency=5,

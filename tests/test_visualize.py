@@ -235,7 +235,7 @@ def test_curves_without_loss_are_an_error(tmp_path):
 def trained_run(tmp_path_factory):
   from data_gen import registry
   from t2t_keras import experiment
-  from t2t_keras.run_dir import save_or_check_run_files
+  from t2t_keras.run_dir import save_or_check_run_files, vocab_record
   from t2t_keras.run_dir import ModelSpec
   from t2t_keras.training import Trainer, create_strategy
   root = tmp_path_factory.mktemp("viz")
@@ -247,7 +247,8 @@ def trained_run(tmp_path_factory):
   # One layer keeps the traced train and eval steps quick.
   hp = create_hparams("transformer_tiny", SMALL + ",num_hidden_layers=1,batch_size=256")
   output_dir = str(root / "run")
-  save_or_check_run_files(output_dir, hp, problem.name, spec)
+  save_or_check_run_files(output_dir, hp, problem.name, spec,
+                          vocab_record(problem, data_dir, enc))
   config = experiment.RunConfig(output_dir=output_dir, train_steps=2, eval_steps=1,
                                 local_eval_frequency=2, log_every_steps=1)
   # A stand-in for the decoding BLEU hook: the curve reader needs some `bleu` scalar.

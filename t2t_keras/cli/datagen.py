@@ -97,7 +97,7 @@ def _summary(name: str, data_dir: str, result) -> str:
                  % (split, s["examples"], s["inputs_tokens"], s["targets_tokens"],
                     "  (already done, skipped)" if s["skipped"] else ""))
   lines.append("  settings: %s" % ", ".join(
-      "%s=%s" % (k, result["settings"][k]) for k in sorted(result["settings"])))
+      "%s=%s" % (k, "none" if v is None else v) for k, v in sorted(result["settings"].items())))
   lines.append("  vocab build %.1fs%s, total %.1fs" % (
       result["vocab_seconds"], " (reused)" if result["vocab_seconds"] == 0 else "",
       result["seconds"]))
