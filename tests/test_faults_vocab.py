@@ -2,9 +2,9 @@
 
 One tiny run is trained by the trainer CLI (in this process) on a 2-train-shard
 data_dir. Each test copies the data_dir and edits its vocab file as a user might:
-two lines swapped (same size) or one line lost. The decoder and exporter must
-refuse such a data_dir in one line naming the run's run.json and the vocab file,
-before any model is loaded; the trainer's advice to regenerate must, run exactly
+two lines swapped (same size) or one line lost. The decoder, exporter, averager
+and visualizer must refuse such a data_dir in one line naming the run's run.json
+and the vocab file, before any model is loaded; the trainer's advice to regenerate must, run exactly
 as printed, re-encode every split with the new vocabulary at the same shard
 counts; and datagen must refuse ids outside the vocabulary.
 """
@@ -110,7 +110,7 @@ def _assert_refused(code, err, *names):
 
 
 @pytest.mark.parametrize("edit, differs", [("swapped", "SHA-256"), ("lost", "size")])
-def test_decoder_and_exporter_refuse_an_edited_vocab(run, tmp_path, capsys, edit, differs):
+def test_decoder_exporter_averager_visualizer_refuse_an_edited_vocab(run, tmp_path, capsys, edit, differs):
   data_dir, vocab_path, _ = _edited_copy(run, tmp_path, edit)
   run_json = os.path.join(run["run_dir"], "run.json")
   out = tmp_path / "out.txt"
@@ -129,6 +129,16 @@ def test_decoder_and_exporter_refuse_an_edited_vocab(run, tmp_path, capsys, edit
       f"--export_dir={export_dir}"], capsys)
   _assert_refused(code, err, run_json, vocab_path, differs)
   assert not export_dir.exists()
+  averaged = tmp_path / "avg" / "averaged.ckpt"
+  code, err = _cli("t2t_keras.cli.avg_checkpoints", [
+      f"--prefix={run['run_dir']}", "--num_last_checkpoints=1", f"--output_path={averaged}",
+      f"--data_dir={data_dir}"], capsys)
+  _assert_refused(code, err, run_json, vocab_path, differs)
+  assert not averaged.parent.exists()
+  code, err = _cli("t2t_keras.cli.visualize", [
+      f"--data_dir={data_dir}", f"--output_dir={run['run_dir']}", "--sentence=the cat",
+      f"--plot_dir={tmp_path / 'plots'}"], capsys)
+  _assert_refused(code, err, run_json, vocab_path, differs)
   # The shards were encoded with the vocab before the edit: the trainer's check says so.
   with pytest.raises(ValueError, match=re.escape(VOCAB) + r" has .*the vocabulary changed"):
     manifest_lib.check_data_dir(data_dir, NAME)

@@ -7,6 +7,7 @@ r"""t2t_keras_avg_checkpoints: average the last N checkpoints (T2T's avg_checkpo
 from __future__ import annotations
 
 import os
+import sys
 
 from absl import app, flags
 
@@ -19,6 +20,8 @@ flags.DEFINE_string("output_path", "/tmp/averaged.ckpt", "Prefix of the averaged
 common_flags.define_once("string", "output_dir", None,
                     "Run directory with hparams.json (default: --prefix, or the first "
                     "checkpoint's directory).")
+common_flags.define_once("string", "data_dir", None,
+                         "Optional: refuse unless this data_dir's vocabulary is the run's.")
 
 
 def main(argv):
@@ -43,6 +46,8 @@ def main(argv):
     hparams, _, spec = run_dir.load_run_files(directory)
   except FileNotFoundError as e:
     raise app.UsageError(str(e)) from None
+  if FLAGS.data_dir:  # before the model is built
+    run_dir.check_vocab(directory, FLAGS.data_dir, lambda line: print(line, file=sys.stderr))
   model = run_dir.build_model(hparams, spec)
   print(f"Averaging {len(paths)} checkpoints: " + ", ".join(os.path.basename(p) for p in paths))
   written = avg_checkpoints.average_checkpoints(model, paths, FLAGS.output_path)
