@@ -35,10 +35,13 @@ BIN = pathlib.Path(sys.executable).parent
 
 
 def _train(capsys, data_dir, output_dir, steps=1):
-  return _cli("t2t_keras.cli.trainer", [
+  """Runs the trainer CLI in this process; returns (exit code, stdout, stderr)."""
+  code = _cli_plain("t2t_keras.cli.trainer", [
       "--problem=" + NAME, f"--data_dir={data_dir}", f"--output_dir={output_dir}",
       "--hparams_set=transformer_tiny", f"--hparams={HP}", f"--train_steps={steps}",
-      "--schedule=train", "--log_every_steps=1"], capsys)
+      "--schedule=train", "--log_every_steps=1"])
+  captured = capsys.readouterr()
+  return code, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +150,7 @@ def test_decoder_exporter_averager_visualizer_refuse_an_edited_vocab(run, tmp_pa
 def test_trainer_advice_followed_exactly_reencodes_every_split(run, tmp_path, capsys):
   data_dir, vocab_path, old = _edited_copy(run, tmp_path, "lost")
   shards_before = sorted(n for n in os.listdir(data_dir) if re.search(r"-\d{5}-of-\d{5}$", n))
-  code, err = _train(capsys, data_dir, tmp_path / "new_run")
+  code, out, err = _train(capsys, data_dir, tmp_path / "new_run")
   line = _assert_refused(code, err, data_dir)
   command = re.search(r"Regenerate with `([^`]+)`", line).group(1)
   argv = shlex.split(command)
@@ -176,10 +179,10 @@ def test_trainer_advice_followed_exactly_reencodes_every_split(run, tmp_path, ca
           records.append(list(example.features.feature["inputs"].int64_list.value))
     assert sorted(records) == expected, split
   assert changed > 0  # the edit changed ids: the comparison above can fail
-  code, err = _train(capsys, data_dir, tmp_path / "new_run")
+  code, out, err = _train(capsys, data_dir, tmp_path / "new_run")
   assert code in (0, None), err
   # The original run was trained with the old vocabulary: resuming it on this data is refused.
-  code, err = _train(capsys, data_dir, run["run_dir"], steps=2)
+  code, out, err = _train(capsys, data_dir, run["run_dir"], steps=2)
   _assert_refused(code, err, os.path.join(run["run_dir"], "run.json"), vocab_path, "size")
 
 
@@ -199,8 +202,10 @@ def test_run_of_an_older_version_warns_and_resume_records_the_hash(run, tmp_path
                    capsys)
   assert code in (0, None), err
   assert len([l for l in err.splitlines() if "records no vocabulary hash" in l]) == 1
-  code, _ = _train(capsys, run["data_dir"], run_dir, steps=2)
-  assert code in (0, None)
+  code, out, err = _train(capsys, run["data_dir"], run_dir, steps=2)
+  assert code in (0, None), err
+  notes = [l for l in out.splitlines() if "records no vocabulary hash" in l]
+  assert len(notes) == 1 and "recording that of" in notes[0], out
   with open(run_json) as f:
     assert json.load(f)["vocab"] == recorded["vocab"]
 
