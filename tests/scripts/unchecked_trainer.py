@@ -9,7 +9,8 @@ reading the first batch blocks inside TensorFlow, as on a stalled file system.
 
 import sys
 
-from data_gen import problem
+import t2t_keras.cli  # noqa: F401  first, as the command: quiet TensorFlow start-up logs
+from data_gen import problem  # noqa: E402
 
 problem.Problem.check_data_dir = lambda self, data_dir, verify_checksums=False: {}
 sys.argv = ["t2t_keras_trainer"] + sys.argv[1:]
