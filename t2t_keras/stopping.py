@@ -62,8 +62,8 @@ class StopSignals:
   def __enter__(self) -> "StopSignals":
     if threading.current_thread() is not threading.main_thread():
       return self
-    for signum in STOP_SIGNALS:
-      self._previous[signum] = signal.signal(signum, self._handle)
+    self._previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    self.install()
     read_fd, write_fd = self._pipe = os.pipe()
     os.set_blocking(write_fd, False)  # required by set_wakeup_fd
     self._previous_wakeup_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
@@ -72,12 +72,24 @@ class StopSignals:
     self._watcher.start()
     return self
 
+  def install(self) -> None:
+    """(Re)installs the handlers; call it again after something may have replaced them.
+
+    TensorFlow's coordination service (started by MultiWorkerMirroredStrategy)
+    installs its own SIGTERM handler, unknown to Python, which would ignore it.
+    Does nothing outside the context or the main thread, or after a first signal.
+    """
+    if self._previous and self.signum is None:
+      for signum in STOP_SIGNALS:
+        signal.signal(signum, self._handle)
+
   def __exit__(self, *exc) -> None:
     if self._pipe is None:
       return
     signal.set_wakeup_fd(self._previous_wakeup_fd)
     for signum, handler in self._previous.items():
-      signal.signal(signum, handler)
+      if handler is not None:  # None: installed outside Python, which cannot restore it
+        signal.signal(signum, handler)
     self._previous = {}
     read_fd, write_fd = self._pipe
     os.close(write_fd)  # the watcher reads end-of-file and returns

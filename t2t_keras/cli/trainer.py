@@ -55,6 +55,7 @@ def _train(signals: stopping.StopSignals):
     strategy = training.create_strategy(FLAGS.distribution_strategy, FLAGS.worker_gpu)
   except ValueError as e:  # more --worker_gpu than GPUs
     raise app.UsageError(str(e)) from None
+  signals.install()  # again: multi_worker_mirrored replaces the SIGTERM handler with its own
   if FLAGS.random_seed is not None:
     keras.utils.set_random_seed(FLAGS.random_seed)
   training.set_mixed_precision(FLAGS.mixed_precision)
