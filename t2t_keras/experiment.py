@@ -16,7 +16,8 @@ file that this run did not write is overwritten.
 
 Training stops at `train_steps`, after `train_seconds` of training wall time
 (a resumed run gets a fresh budget) or on a stop request (SIGTERM, Ctrl-C);
-each stop saves a checkpoint, and `run.json` records `start_step`,
+each stop saves a checkpoint (a signal with no step unsaved exits at once,
+see stopping.py), and `run.json` records `start_step`,
 `stop_reason` and `stop_step`. Under MultiWorkerMirroredStrategy the stop decision is all-reduced
 every step, so all workers stop after the same step.
 """
