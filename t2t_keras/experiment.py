@@ -16,7 +16,8 @@ file that this run did not write is overwritten.
 
 Training stops at `train_steps`, after `train_seconds` of training wall time
 (a resumed run gets a fresh budget) or on a stop request (SIGTERM, Ctrl-C);
-each stop saves a checkpoint, and `run.json` records `start_step`,
+each stop saves a checkpoint (a signal with no step unsaved exits at once,
+see stopping.py), and `run.json` records `start_step`,
 `stop_reason` and `stop_step`. Under MultiWorkerMirroredStrategy the stop decision is all-reduced
 every step, so all workers stop after the same step.
 """
@@ -80,7 +81,8 @@ class Experiment:
     log: a function taking one line of progress text.
     eval_hook: optional callable(step) -> dict of extra eval scalars (e.g. BLEU).
     stop_signals: optional object whose `requested` attribute becomes true to
-      stop training after the current step (see stopping.StopSignals).
+      stop training after the current step; its `unsaved` attribute is set
+      while steps have run since the last checkpoint (see stopping.StopSignals).
     clock: seconds, monotonic; measures `train_seconds` (tests pass a fake one).
   """
 
@@ -169,6 +171,19 @@ class Experiment:
 
   # -- Data --------------------------------------------------------------------
 
+  _checked = frozenset()  # (pattern, mode) of the splits checked by _check_data
+
+  def _check_data(self, pattern: Optional[str], mode: str) -> None:
+    """Refuses a split of which `mode` keeps no example, before its pipeline waits for ever.
+
+    Cheap: reading stops at the first kept example (see inputs.check_examples_kept).
+    Raises:
+      errors.RunError: naming max_length and the number of examples dropped.
+    """
+    if pattern and (pattern, mode) not in self._checked:
+      inputs_lib.check_examples_kept(pattern, self.trainer.hparams, mode)
+      self._checked = self._checked | {(pattern, mode)}
+
   def _distributed(self, pattern: str, mode: str):
     hp = self.trainer.hparams
     seed = self.config.random_seed
@@ -193,6 +208,9 @@ class Experiment:
       (one of run_dir.STOP_REASONS; empty when there was nothing to train).
     """
     cfg = self.config
+    self._check_data(self.train_pattern, "train")
+    if eval_every:
+      self._check_data(self.eval_pattern, "eval")
     step = self.restore(repair=True)
     if step >= cfg.train_steps:
       self.log(f"Step {step} >= --train_steps={cfg.train_steps}: nothing to train.")
@@ -204,6 +222,7 @@ class Experiment:
     tokens, last, reason = 0.0, {}, ""
     while not reason:
       last = self.trainer.train_step(iterator)
+      self._mark_unsaved(True)
       step = self.trainer.step
       check_finite(last, step)
       tokens += last["tokens"]
@@ -211,6 +230,7 @@ class Experiment:
       self._log_progress(step, last, force=bool(reason))
       if reason or step % cfg.local_eval_frequency == 0:
         self.save()
+        self._mark_unsaved(False)
         if eval_every and reason != "signal":  # a signalled job may have seconds left
           self.evaluate()
     if self.is_chief:
@@ -228,6 +248,11 @@ class Experiment:
              f"the padded batches, forward + backward); {int(self.dropped.numpy())} training "
              f"examples longer than max_length={self.trainer.hparams.max_length} dropped.")
     return summary
+
+  def _mark_unsaved(self, unsaved: bool) -> None:
+    # With nothing unsaved, a stop signal need not wait for the step in flight.
+    if self.stop_signals is not None:
+      self.stop_signals.unsaved = unsaved
 
   def _stop_reason(self, step: int, budget_start: float) -> str:
     """Why training stops after `step` ("" to go on), the same on every worker."""
@@ -267,6 +292,7 @@ class Experiment:
     """Evaluates the current model on `eval_steps` dev batches; logs to eval/."""
     if not self.eval_pattern:
       return {}
+    self._check_data(self.eval_pattern, "eval")
     results = self.trainer.evaluate(self._distributed(self.eval_pattern, "eval"),
                                     self.config.eval_steps or None)
     if self.eval_hook is not None:

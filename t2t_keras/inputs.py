@@ -21,6 +21,8 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
+from t2t_keras import errors
+
 TRAIN, EVAL, PREDICT = "train", "eval", "predict"
 _MODES = {"train": TRAIN, "eval": EVAL, "predict": PREDICT, "infer": PREDICT}
 
@@ -38,6 +40,7 @@ HIGHLY_COMPOSITE_NUMBERS = [
 _TEMPORARY_FILE = re.compile(r"(\.incomplete|\.tmp[-_][^/]*)$|^\.tmp")
 _EXAMPLE_SHUFFLE_BUFFER = 1024
 _PARSE_BATCH = 256
+_CHECK_BATCH = 1024  # records per step of check_examples_kept
 
 
 def bucket_boundaries(max_length: int, min_length: int = 8,
@@ -139,12 +142,11 @@ def _parse(serialized: tf.Tensor) -> Dict[str, tf.RaggedTensor]:
   return tf.io.parse_example(serialized, spec)
 
 
-def _parse_batch_fn(hparams, min_length: int, max_length: int,
-                    drop_counter: Optional[tf.Variable]):
-  """Parses a batch of serialized examples, truncates and length-filters it, vectorized.
+def _kept_fn(hparams, min_length: int, max_length: int):
+  """fn(serialized [n]) -> (examples {"inputs", "targets": ragged [n, None]}, keep bool [n]).
 
   Truncation is T2T's `preprocess_example_common` (max_input_seq_length /
-  max_target_seq_length when > 0); the filter keeps min_length <= length <= max_length.
+  max_target_seq_length when > 0); `keep` is min_length <= length <= max_length.
   """
   max_in = int(getattr(hparams, "max_input_seq_length", 0) or 0)
   max_tgt = int(getattr(hparams, "max_target_seq_length", 0) or 0)
@@ -156,12 +158,82 @@ def _parse_batch_fn(hparams, min_length: int, max_length: int,
     if max_tgt > 0:
       ex["targets"] = ex["targets"][:, :max_tgt]
     length = tf.maximum(ex["inputs"].row_lengths(), ex["targets"].row_lengths())
-    keep = tf.logical_and(length >= min_length, length <= max_length)
+    return ex, tf.logical_and(length >= min_length, length <= max_length)
+
+  return fn
+
+
+def _parse_batch_fn(hparams, min_length: int, max_length: int,
+                    drop_counter: Optional[tf.Variable]):
+  """Parses a batch of serialized examples, truncates and length-filters it, vectorized."""
+  kept = _kept_fn(hparams, min_length, max_length)
+
+  def fn(serialized):
+    ex, keep = kept(serialized)
     if drop_counter is not None:
       drop_counter.assign_add(tf.reduce_sum(tf.cast(tf.logical_not(keep), drop_counter.dtype)))
     return {k: tf.ragged.boolean_mask(v, keep) for k, v in ex.items()}
 
   return fn
+
+
+def check_examples_kept(filepattern: str, hparams, mode: str) -> None:
+  """Refuses a split of which `mode` would keep no example (its pipeline would wait for ever).
+
+  Training repeats a split for ever after dropping the examples outside
+  [min_length, max_length]: when it keeps none, no batch ever comes. Reads the
+  shards in order, `_CHECK_BATCH` records at a time, and stops at the first
+  batch with a kept example, so a usable split costs one such read; only a
+  split with nothing kept is read once in full, to count what it drops.
+
+  Args:
+    filepattern, hparams, mode: as for `make_dataset`.
+  Raises:
+    errors.RunError: naming the split, the number of examples dropped and the
+      hparams that dropped them (or that the split has no example at all).
+    ValueError: if no file matches `filepattern`.
+  """
+  if mode not in _MODES:
+    raise ValueError("mode must be one of %s, got %r" % (sorted(_MODES), mode))
+  drop_long = _MODES[mode] == TRAIN or bool(getattr(hparams, "eval_drop_long_sequences", False))
+  scheme = hparams_to_batching_scheme(hparams, drop_long)
+  kept = _kept_fn(hparams, scheme["min_length"], scheme["max_length"])
+  count = tf.function(lambda serialized: (tf.size(serialized),
+                                           tf.reduce_any(kept(serialized)[1])),
+                      input_signature=[tf.TensorSpec([None], tf.string)])
+  dropped = 0
+  # File by file, so that no file after the first kept example is even opened.
+  for path in match_shard_files(filepattern):
+    for serialized in tf.data.TFRecordDataset(path, buffer_size=1 << 20).batch(_CHECK_BATCH):
+      records, any_kept = count(serialized)
+      if any_kept:
+        return
+      dropped += int(records)
+  raise errors.RunError(_nothing_kept_message(filepattern, hparams, mode, scheme, dropped))
+
+
+def _nothing_kept_message(filepattern: str, hparams, mode: str, scheme: Dict[str, Any],
+                          dropped: int) -> str:
+  split = "training" if _MODES[mode] == TRAIN else "evaluation"
+  if not dropped:
+    return (f"the {split} files {filepattern} hold no example; regenerate the data with "
+            "t2t_keras_datagen.")
+  max_length = int(hparams.max_length)
+  limit = (f"max_length={max_length}" if max_length else
+           f"max_length=0, i.e. batch_size={hparams.batch_size},")
+  min_length = scheme["min_length"]
+  what = (f"longer than {limit}" if not min_length else
+          f"shorter than min_length={min_length} or longer than {limit}")
+  fix = "raise max_length"
+  if not max_length:
+    fix = "set max_length (T2T's transformer_base has 256) or raise batch_size"
+  outcome = "training would wait for ever for a batch"
+  if _MODES[mode] != TRAIN:
+    fix += " or set eval_drop_long_sequences=false"
+    outcome = "there is nothing to evaluate"
+  return (f"all {dropped} {split} examples in {filepattern} were dropped as {what} "
+          "(an example's length is max(len(inputs), len(targets)) in subword tokens, EOS "
+          f"included), so {outcome}; {fix} in --hparams.")
 
 
 def _read_records(files: List[str], training: bool, shuffle: bool, repeat: bool,

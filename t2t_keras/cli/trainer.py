@@ -18,6 +18,7 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 
+from t2t_keras import stopping  # noqa: E402
 from t2t_keras.cli import common_flags  # noqa: E402
 from t2t_keras.cli import file_checks  # noqa: E402
 
@@ -30,6 +31,12 @@ flags.DEFINE_integer("log_every_steps", 100, "Progress line every N steps (or 30
 
 def main(argv):
   del argv
+  # From here on SIGTERM and Ctrl-C stop the command at any stage (stopping.py).
+  with stopping.StopSignals() as signals:
+    _train(signals)
+
+
+def _train(signals: stopping.StopSignals):
   for name in ("problem", "data_dir", "output_dir", "hparams_set"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
@@ -41,13 +48,14 @@ def main(argv):
   import tensorflow as tf
 
   from data_gen import registry
-  from t2t_keras import experiment, run_dir, stopping, training
+  from t2t_keras import experiment, run_dir, training
   from t2t_keras.hparams import create_decode_hparams, create_hparams
 
   try:  # multi_worker_mirrored must come before any other TensorFlow op
     strategy = training.create_strategy(FLAGS.distribution_strategy, FLAGS.worker_gpu)
   except ValueError as e:  # more --worker_gpu than GPUs
     raise app.UsageError(str(e)) from None
+  signals.install()  # again: multi_worker_mirrored replaces the SIGTERM handler with its own
   if FLAGS.random_seed is not None:
     keras.utils.set_random_seed(FLAGS.random_seed)
   training.set_mixed_precision(FLAGS.mixed_precision)
@@ -90,11 +98,10 @@ def main(argv):
   print(f"{FLAGS.problem} / {FLAGS.hparams_set}: {params:,} parameters, "
         f"{strategy.num_replicas_in_sync} replica(s), policy "
         f"{keras.mixed_precision.global_policy().name}.", flush=True)
-  with stopping.StopSignals() as signals:
-    run = experiment.Experiment(trainer, config, train_pattern, eval_pattern,
-                                log=lambda line: print(line, flush=True), eval_hook=eval_hook,
-                                stop_signals=signals)
-    summary = run.run(FLAGS.schedule)
+  run = experiment.Experiment(trainer, config, train_pattern, eval_pattern,
+                              log=lambda line: print(line, flush=True), eval_hook=eval_hook,
+                              stop_signals=signals)
+  summary = run.run(FLAGS.schedule)
   if summary.get("stop_reason") == "signal":
     who = signals.name or "a signal to another worker"
     print(f"Stopped by {who} at step {trainer.step} with a checkpoint saved; run the same "
