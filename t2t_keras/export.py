@@ -45,7 +45,7 @@ import tensorflow as tf
 from data_gen.file_io import readable_file_mode
 from data_gen.graph_text_encoder import GraphSubwordEncoder, is_valid_utf8
 from data_gen.text_encoder import EOS_ID, PAD_ID
-from t2t_keras import decode_text, decoding
+from t2t_keras import decode_text, decoding, errors
 from t2t_keras.hparams import DecodeHParams, HParams
 from t2t_keras.model import Transformer
 
@@ -269,6 +269,22 @@ def remove_stale_exports(export_dir: str, max_age_secs: float = STALE_EXPORT_SEC
   return removed
 
 
+def _first_line(error: BaseException) -> str:
+  text = getattr(error, "message", None) or str(error)
+  return " ".join(text.split())[:200]
+
+
+def _is_full_disk(error: BaseException) -> bool:
+  """An OSError ENOSPC/EDQUOT/EFBIG, or TensorFlow's error for one (its file writers
+  raise ResourceExhausted for ENOSPC, OutOfRange for EFBIG, with the strerror text)."""
+  if isinstance(error, OSError):
+    return errors.is_storage_error(error)
+  if isinstance(error, tf.errors.ResourceExhaustedError):
+    return True
+  text = str(error)
+  return any(os.strerror(number) in text for number in errors.STORAGE_ERRNOS)
+
+
 def make_example(ids: Sequence[int]) -> bytes:
   """Serialized tf.train.Example with int64 `inputs` (T2T's `_make_example`)."""
   feature = {"inputs": tf.train.Feature(int64_list=tf.train.Int64List(value=list(ids)))}
@@ -285,6 +301,10 @@ def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHP
     export_dir: the model base path TF Serving polls.
     encoders: Python encoders (for the warm-up Examples); default: read from
       `vocab_files`.
+
+  Raises:
+    errors.StorageError: the disk (or a quota or file size limit) filled up; the
+      partial export is removed and no version appears.
   """
   if encoders is None:
     from data_gen import text_encoder
@@ -297,12 +317,20 @@ def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHP
   shutil.rmtree(tmp, ignore_errors=True)
   signatures = {TEXT_SIGNATURE: module.serve_text.get_concrete_function(),
                 EXAMPLE_SIGNATURE: module.serve_examples.get_concrete_function()}
-  tf.saved_model.save(module, tmp, signatures=signatures)
-  extra = os.path.join(tmp, "assets.extra")
-  os.makedirs(extra, exist_ok=True)
-  with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILENAME)) as writer:
-    for log in _warmup_requests(module, encoders):
-      writer.write(log.SerializeToString())
+  try:
+    tf.saved_model.save(module, tmp, signatures=signatures)
+    extra = os.path.join(tmp, "assets.extra")
+    os.makedirs(extra, exist_ok=True)
+    with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILENAME)) as writer:
+      for log in _warmup_requests(module, encoders):
+        writer.write(log.SerializeToString())
+  except (OSError, tf.errors.OpError) as e:
+    shutil.rmtree(tmp, ignore_errors=True)
+    if _is_full_disk(e):
+      raise errors.StorageError(
+          f"no space left writing the SavedModel in {export_dir} ({_first_line(e)}); free "
+          "some space and export again: no version was written.") from None
+    raise
   _make_readable(tmp)
   while True:  # never overwrite a version, even with a concurrent exporter
     version = (existing_versions(export_dir) or [0])[-1] + 1

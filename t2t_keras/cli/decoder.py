@@ -170,7 +170,15 @@ def _read_source_and_reference(decode_hp):
 def _emit(lines):
   if FLAGS.decode_to_file:
     from data_gen import file_io
-    file_io.write_lines(FLAGS.decode_to_file, lines)
+    from t2t_keras import errors
+    try:  # atomic: a full disk leaves no partial file under the name
+      file_io.write_lines(FLAGS.decode_to_file, lines)
+    except OSError as e:
+      if not errors.is_storage_error(e):
+        raise
+      raise errors.StorageError(
+          f"no space left writing --decode_to_file={FLAGS.decode_to_file} ({e.strerror}); "
+          "free some space and decode again: the file was not written.") from None
     print(f"Wrote {len(lines)} lines to {FLAGS.decode_to_file}.", file=sys.stderr, flush=True)
   else:
     for line in lines:
