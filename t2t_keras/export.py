@@ -15,14 +15,18 @@ and renamed, so a poller never sees half a model) with two signatures:
 
 Input handling (both signatures): an input with no tokens (an empty or
 whitespace-only sentence, or no ids) gives an empty output and score 0 (the
-model is not asked to translate nothing, as in `TextDecoder`); longer inputs
-are cut to `max_input_size` subword tokens (+ EOS). Text inputs get the same
+model is not asked to translate nothing, as in `TextDecoder`). Input length is
+`TextDecoder`'s rule (`decode_text.input_cap`): by default no input is cut,
+whatever its length (as T2T's serving input; a learned position table adds
+nothing past its `max_length` rows); with decode hparam `max_input_size` > 0
+(baked in at export) an input keeps `max_input_size - 1` subword tokens + EOS,
+and a text row that was cut says so in `errors`. Text inputs get the same
 normalisation as `TextDecoder` (`tokenizer.normalize_input`, in-graph twin), so
 both give the same output for every line. A row that is not valid UTF-8 gets an
 empty output, score 0 and a message in `errors` (tf.string `[batch]`, "" for
-good rows) without failing the batch; an input that is not a `[batch]` vector is
-an InvalidArgumentError saying so. Output text never holds a line break or tab
-(`decode_text.OUTPUT_BREAKS` become spaces, as in `TextDecoder`).
+rows neither cut nor invalid) without failing the batch; an input that is not a
+`[batch]` vector is an InvalidArgumentError saying so. Output text never holds a
+line break or tab (`decode_text.OUTPUT_BREAKS` become spaces, as in `TextDecoder`).
 
 The vocab files are assets and `assets.extra/tf_serving_warmup_requests` holds
 warm-up PredictRequests. Every exported file is readable by others
@@ -60,21 +64,20 @@ _BREAKS_PATTERN = "[%s]" % "".join("\\x{%x}" % ord(c) for c in decode_text.OUTPU
 STALE_EXPORT_SECONDS = 24 * 3600
 
 
-def input_cap(decode_hp: DecodeHParams, hparams: HParams) -> int:
-  """Maximum subword tokens per input (EOS not counted).
-
-  `decode_hp.max_input_size` when > 0, else `hparams.max_length - 1`, so that
-  with EOS the input fits the model's `max_length` positions (a learned
-  position table has only that many rows).
-  """
-  if decode_hp.max_input_size > 0:
-    return decode_hp.max_input_size
-  return max(hparams.max_length - 1, 1)
+def truncation_message(decode_hp: DecodeHParams) -> str:
+  """The `errors` entry of a text row cut by `max_input_size` ("" when nothing is cut)."""
+  cap = decode_text.input_cap(decode_hp)
+  if cap is None:
+    return ""
+  return (f"input cut to {cap} subword tokens + EOS (max_input_size="
+          f"{decode_hp.max_input_size}); the rest was not translated")
 
 
-def _truncate_and_add_eos(ids: tf.RaggedTensor, cap: int) -> tf.Tensor:
+def _truncate_and_add_eos(ids: tf.RaggedTensor, cap: Optional[int]) -> tf.Tensor:
   """ragged int `[batch, (n)]` -> int32 `[batch, min(n, cap) + 1]` 0-padded, EOS ended."""
-  ids = tf.cast(ids[:, :cap], tf.int32)
+  if cap is not None:
+    ids = ids[:, :cap]
+  ids = tf.cast(ids, tf.int32)
   eos = tf.fill([ids.nrows(), 1], tf.constant(EOS_ID, tf.int32))
   return tf.concat([ids, eos], axis=1).to_tensor(0)
 
@@ -128,7 +131,7 @@ class ServingModule(tf.Module):
     self.model_variables = [v.value for v in model.variables]
     self._model_fn = lambda: model  # a closure, so the Keras model is not tracked
     self.decode_hp = decode_hp
-    self.cap = input_cap(decode_hp, hparams)
+    self.cap = decode_text.input_cap(decode_hp)
     self.input_encoder = GraphSubwordEncoder(vocab_files["inputs"])
     if os.path.abspath(vocab_files["targets"]) == os.path.abspath(vocab_files["inputs"]):
       self.target_encoder = self.input_encoder
@@ -167,6 +170,9 @@ class ServingModule(tf.Module):
       text = _ids_to_text(self.target_encoder, ids)
     text = tf.where(_expand_like(empty, text), "", text)
     errors = tf.where(valid, "", INVALID_UTF8_ERROR)
+    if self.cap is not None:
+      cut = tf.logical_and(valid, pieces.row_lengths() > self.cap)
+      errors = tf.where(cut, truncation_message(self.decode_hp), errors)
     return {"outputs": text, "scores": scores, "errors": errors}
 
   def _serve_examples(self, serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
@@ -269,8 +275,12 @@ def remove_stale_exports(export_dir: str, max_age_secs: float = STALE_EXPORT_SEC
   return removed
 
 
-def _first_line(error: BaseException) -> str:
-  text = getattr(error, "message", None) or str(error)
+def _full_disk_reason(error: BaseException) -> str:
+  """The strerror of a full disk in `error` (TensorFlow puts it after the path)."""
+  text = str(error)
+  for number in sorted(errors.STORAGE_ERRNOS):
+    if os.strerror(number) in text:
+      return os.strerror(number)
   return " ".join(text.split())[:200]
 
 
@@ -328,7 +338,7 @@ def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHP
     shutil.rmtree(tmp, ignore_errors=True)
     if _is_full_disk(e):
       raise errors.StorageError(
-          f"no space left writing the SavedModel in {export_dir} ({_first_line(e)}); free "
+          f"no space left writing the SavedModel in {export_dir} ({_full_disk_reason(e)}); free "
           "some space and export again: no version was written.") from None
     raise
   _make_readable(tmp)

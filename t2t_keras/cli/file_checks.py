@@ -104,7 +104,7 @@ def check_output_dir(flag: str, path: str) -> None:
   if _remote(path):
     return
   where = f"--{flag}={path}"
-  if os.path.exists(path) and not os.path.isdir(path):
+  if os.path.lexists(path) and not os.path.isdir(path):  # a file, or a dangling link
     raise app.UsageError(f"{where} is a file; give a directory (it is created if missing).")
   existing = os.path.abspath(path)
   while not os.path.exists(existing):
