@@ -146,11 +146,12 @@ def test_max_input_size_cuts_both_alike_and_names_each_cut_line(tmp_path, monkey
   assert decoded[0] == vocab.decode(vocab.encode(lines[0])[:3]) and decoded[1] == "old"
   cut = [i for i, line in enumerate(lines) if len(vocab.encode(line)) > 3]
   assert cut == [0, 2]
-  errors = [e.decode() for e in out["errors"].numpy()]
-  assert [bool(e) for e in errors] == [i in cut for i in range(len(lines))]
-  assert errors[0] == export.truncation_message(decode_hp) and "max_input_size=4" in errors[0]
-  assert [l for l in logs if "Truncated" in l] == ["Truncated 2 input line(s) to max_input_size=4 (3 subword tokens + EOS): "
-                  "line(s) 1, 3."]
+  row_errors = [e.decode() for e in out["errors"].numpy()]
+  assert [bool(e) for e in row_errors] == [i in cut for i in range(len(lines))]
+  assert row_errors[0] == export.truncation_message(decode_hp)
+  assert "max_input_size=4" in row_errors[0]
+  assert [l for l in logs if "Truncated" in l] == [
+      "Truncated 2 input line(s) to max_input_size=4 (3 subword tokens + EOS): line(s) 1, 3."]
 
 
 # -- Input files and stdin -------------------------------------------------------------------
