@@ -113,7 +113,7 @@ class ServingModule(tf.Module):
 
   Args:
     model: a built Transformer with restored weights.
-    hparams: its HParams.
+    hparams: its HParams (input length needs none of them: `decode_text.input_cap`).
     decode_hp: beam_size, alpha, extra_length, return_beams, max_input_size are
       baked into the graph.
     vocab_files: {"inputs": path, "targets": path} of T2T `.subwords` files.
