@@ -192,20 +192,38 @@ def iter_lines(path: str, delimiter: str = "\n", name: str = "file") -> Iterator
   if not (_gfile().exists(path) and not _gfile().isdir(path) if remote
           else os.path.isfile(path)):
     raise ValueError("%s %r does not exist or is not a file" % (name, path))
-  crlf = delimiter == "\n"
   with _open(path, "rb") as f:
-    for number, raw in enumerate(_records(f, delimiter.encode("utf-8")), start=1):
-      if crlf and raw.endswith(b"\r"):
-        raw = raw[:-1]
-      try:
-        line = raw.decode("utf-8")
-      except UnicodeDecodeError as e:
-        # Both the `path:line:` form editors jump to and the file's role.
-        raise ValueError(
-            "%s:%d: invalid UTF-8 (%s at byte %d); %s %r line %d is not valid UTF-8: "
-            "re-encode it as UTF-8, e.g. with iconv"
-            % (path, number, e.reason, e.start, name, path, number)) from None
-      yield line
+    yield from iter_stream_lines(f, delimiter, name, path)
+
+
+def iter_stream_lines(f: IO, delimiter: str = "\n", name: str = "file",
+                      label: str = "<stdin>") -> Iterator[str]:
+  """Yields the lines of an open binary stream (a file, a pipe, stdin) as `iter_lines`.
+
+  Args:
+    f: a binary file object, read to its end.
+    delimiter, name: as `iter_lines`.
+    label: the stream's name in error messages (its path, or "<stdin>").
+
+  Raises:
+    ValueError: a line is not valid UTF-8 (naming `label` and the 1-based line);
+      `delimiter` is empty.
+  """
+  if not delimiter:
+    raise ValueError(f"delimiter must not be empty, got {delimiter!r}")
+  crlf = delimiter == "\n"
+  for number, raw in enumerate(_records(f, delimiter.encode("utf-8")), start=1):
+    if crlf and raw.endswith(b"\r"):
+      raw = raw[:-1]
+    try:
+      line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+      # Both the `path:line:` form editors jump to and the file's role.
+      raise ValueError(
+          "%s:%d: invalid UTF-8 (%s at byte %d); %s %r line %d is not valid UTF-8: "
+          "re-encode it as UTF-8, e.g. with iconv"
+          % (label, number, e.reason, e.start, name, label, number)) from None
+    yield line
 
 
 def read_lines(path: str, delimiter: str = "\n", name: str = "file") -> list[str]:

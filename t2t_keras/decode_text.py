@@ -3,8 +3,16 @@ r"""Text in, text out: T2T's decode_from_file, scoring, and the BLEU eval hook.
 Lines are sorted by descending whitespace-token count (T2T's `_get_sorted_inputs`,
 so memory problems show early), decoded in batches, and written back in input
 order: exactly one output line per input line. Empty lines give empty lines
-without running the model. Inputs longer than `max_input_size` subword tokens are
-truncated, counted and reported once.
+without running the model.
+
+Input length: by default no input is cut, whatever its length, as T2T's decoder
+and its serving input did: sinusoidal positions extend to any length, and a
+learned position table (hparams `pos="emb"`) adds nothing past its `max_length`
+rows, as T2T's `add_positional_embedding`. With decode hparam `max_input_size` > 0
+an input is cut to `max_input_size - 1` subword tokens + EOS (`input_cap`, T2T's
+count), and one warning per call names the cut lines. The SavedModel
+(export.py) applies the same rule and names each cut row in its `errors`
+output, so the decoder and the SavedModel give the same output for every line.
 
 Inputs are normalised by `tokenizer.normalize_input` (the SavedModel runs its
 in-graph twin, so both agree on every line). Outputs never contain a line break
@@ -16,7 +24,7 @@ and the tab-separated n-best columns stay intact.
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -46,6 +54,7 @@ AUTO_XLA_MIN_HIDDEN_SIZE = 512
 # in an output (export.py removes the same set in-graph).
 OUTPUT_BREAKS = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x85\u2028\u2029"
 _BREAKS_TABLE = {ord(c): " " for c in OUTPUT_BREAKS}
+MAX_LINES_NAMED = 20  # line numbers a truncation warning names
 
 
 def xla_length(length: int) -> int:
@@ -67,6 +76,17 @@ def auto_jit_compile(model: Transformer, lines: int) -> bool:
   return (lines >= AUTO_XLA_MIN_LINES and
           model.hparams.hidden_size >= AUTO_XLA_MIN_HIDDEN_SIZE and
           model.dtype_policy.compute_dtype == "float32")
+
+
+def input_cap(decode_hp: DecodeHParams) -> Optional[int]:
+  """Subword tokens kept of an input (EOS not counted), or None: no cut.
+
+  T2T's `_decode_batch_input_fn`: with `max_input_size` > 0 an input keeps
+  `max_input_size - 1` tokens, so that with EOS it has `max_input_size` ids.
+  """
+  if decode_hp.max_input_size > 0:
+    return decode_hp.max_input_size - 1
+  return None
 
 
 def clean_output(text: str) -> str:
@@ -109,15 +129,16 @@ class TextDecoder:
   def batch_size(self) -> int:
     return self.decode_hp.batch_size or DEFAULT_FILE_BATCH_SIZE
 
-  def _encode(self, text: str, side: str = "inputs") -> List[int]:
+  def _encode(self, text: str, side: str = "inputs") -> Tuple[List[int], bool]:
+    """(ids + [EOS], whether an input was cut to `input_cap`)."""
     if side == "inputs":
       text = tokenizer.normalize_input(text)
     ids = self.encoders[side].encode(text)
-    limit = self.decode_hp.max_input_size
-    if side == "inputs" and limit > 0 and len(ids) > limit:
-      ids = ids[:limit]
-      self.truncated += 1
-    return ids + [EOS_ID]
+    cap = input_cap(self.decode_hp)
+    cut = side == "inputs" and cap is not None and len(ids) > cap
+    if cut:
+      ids = ids[:cap]
+    return ids + [EOS_ID], cut
 
   def decode_fn(self, jit_compile: bool) -> Callable:
     """The decoding tf.function with or without XLA, made once."""
@@ -158,14 +179,22 @@ class TextDecoder:
     todo = [i for i, line in enumerate(lines) if tokenizer.normalize_input(line)]
     # T2T: longest first by whitespace tokens; stable for equal lengths.
     todo.sort(key=lambda i: -len(lines[i].split()))
-    encoded = {i: self._encode(lines[i]) for i in todo}
+    encoded, cut = {}, []
+    for i in todo:
+      encoded[i], was_cut = self._encode(lines[i])
+      if was_cut:
+        cut.append(i + 1)
+    self.truncated = len(cut)
     jit = self.jit_compile
     if jit is None:
       jit = auto_jit_compile(self.model, len(todo))
     decode_fn = self.decode_fn(jit)
-    if self.truncated:
-      self.log(f"Truncated {self.truncated} input line(s) to max_input_size="
-               f"{self.decode_hp.max_input_size} subword tokens.")
+    if cut:
+      shown = ", ".join(map(str, sorted(cut)[:MAX_LINES_NAMED]))
+      more = ", ..." if len(cut) > MAX_LINES_NAMED else ""
+      self.log(f"Truncated {len(cut)} input line(s) to max_input_size="
+               f"{self.decode_hp.max_input_size} ({input_cap(self.decode_hp)} subword tokens "
+               f"+ EOS): line(s) {shown}{more}.")
     start = last = time.time()
     for begin in range(0, len(todo), self.batch_size):
       batch = todo[begin:begin + self.batch_size]
@@ -190,8 +219,8 @@ class TextDecoder:
     """log P(target | source) of each pair (T2T --score_file)."""
     scores = []
     for begin in range(0, len(sources), self.batch_size):
-      src = [self._encode(s) for s in sources[begin:begin + self.batch_size]]
-      tgt = [self._encode(t, "targets") for t in targets[begin:begin + self.batch_size]]
+      src = [self._encode(s)[0] for s in sources[begin:begin + self.batch_size]]
+      tgt = [self._encode(t, "targets")[0] for t in targets[begin:begin + self.batch_size]]
       scores.extend(float(s) for s in self.score_fn(tf.constant(self._pad(src)),
                                                     tf.constant(self._pad(tgt))))
     return scores

@@ -15,14 +15,18 @@ and renamed, so a poller never sees half a model) with two signatures:
 
 Input handling (both signatures): an input with no tokens (an empty or
 whitespace-only sentence, or no ids) gives an empty output and score 0 (the
-model is not asked to translate nothing, as in `TextDecoder`); longer inputs
-are cut to `max_input_size` subword tokens (+ EOS). Text inputs get the same
+model is not asked to translate nothing, as in `TextDecoder`). Input length is
+`TextDecoder`'s rule (`decode_text.input_cap`): by default no input is cut,
+whatever its length (as T2T's serving input; a learned position table adds
+nothing past its `max_length` rows); with decode hparam `max_input_size` > 0
+(baked in at export) an input keeps `max_input_size - 1` subword tokens + EOS,
+and a text row that was cut says so in `errors`. Text inputs get the same
 normalisation as `TextDecoder` (`tokenizer.normalize_input`, in-graph twin), so
 both give the same output for every line. A row that is not valid UTF-8 gets an
 empty output, score 0 and a message in `errors` (tf.string `[batch]`, "" for
-good rows) without failing the batch; an input that is not a `[batch]` vector is
-an InvalidArgumentError saying so. Output text never holds a line break or tab
-(`decode_text.OUTPUT_BREAKS` become spaces, as in `TextDecoder`).
+rows neither cut nor invalid) without failing the batch; an input that is not a
+`[batch]` vector is an InvalidArgumentError saying so. Output text never holds a
+line break or tab (`decode_text.OUTPUT_BREAKS` become spaces, as in `TextDecoder`).
 
 The vocab files are assets and `assets.extra/tf_serving_warmup_requests` holds
 warm-up PredictRequests. Every exported file is readable by others
@@ -45,7 +49,7 @@ import tensorflow as tf
 from data_gen.file_io import readable_file_mode
 from data_gen.graph_text_encoder import GraphSubwordEncoder, is_valid_utf8
 from data_gen.text_encoder import EOS_ID, PAD_ID
-from t2t_keras import decode_text, decoding
+from t2t_keras import decode_text, decoding, errors
 from t2t_keras.hparams import DecodeHParams, HParams
 from t2t_keras.model import Transformer
 
@@ -60,21 +64,20 @@ _BREAKS_PATTERN = "[%s]" % "".join("\\x{%x}" % ord(c) for c in decode_text.OUTPU
 STALE_EXPORT_SECONDS = 24 * 3600
 
 
-def input_cap(decode_hp: DecodeHParams, hparams: HParams) -> int:
-  """Maximum subword tokens per input (EOS not counted).
-
-  `decode_hp.max_input_size` when > 0, else `hparams.max_length - 1`, so that
-  with EOS the input fits the model's `max_length` positions (a learned
-  position table has only that many rows).
-  """
-  if decode_hp.max_input_size > 0:
-    return decode_hp.max_input_size
-  return max(hparams.max_length - 1, 1)
+def truncation_message(decode_hp: DecodeHParams) -> str:
+  """The `errors` entry of a text row cut by `max_input_size` ("" when nothing is cut)."""
+  cap = decode_text.input_cap(decode_hp)
+  if cap is None:
+    return ""
+  return (f"input cut to {cap} subword tokens + EOS (max_input_size="
+          f"{decode_hp.max_input_size}); the rest was not translated")
 
 
-def _truncate_and_add_eos(ids: tf.RaggedTensor, cap: int) -> tf.Tensor:
+def _truncate_and_add_eos(ids: tf.RaggedTensor, cap: Optional[int]) -> tf.Tensor:
   """ragged int `[batch, (n)]` -> int32 `[batch, min(n, cap) + 1]` 0-padded, EOS ended."""
-  ids = tf.cast(ids[:, :cap], tf.int32)
+  if cap is not None:
+    ids = ids[:, :cap]
+  ids = tf.cast(ids, tf.int32)
   eos = tf.fill([ids.nrows(), 1], tf.constant(EOS_ID, tf.int32))
   return tf.concat([ids, eos], axis=1).to_tensor(0)
 
@@ -110,7 +113,7 @@ class ServingModule(tf.Module):
 
   Args:
     model: a built Transformer with restored weights.
-    hparams: its HParams.
+    hparams: its HParams (input length needs none of them: `decode_text.input_cap`).
     decode_hp: beam_size, alpha, extra_length, return_beams, max_input_size are
       baked into the graph.
     vocab_files: {"inputs": path, "targets": path} of T2T `.subwords` files.
@@ -128,7 +131,7 @@ class ServingModule(tf.Module):
     self.model_variables = [v.value for v in model.variables]
     self._model_fn = lambda: model  # a closure, so the Keras model is not tracked
     self.decode_hp = decode_hp
-    self.cap = input_cap(decode_hp, hparams)
+    self.cap = decode_text.input_cap(decode_hp)
     self.input_encoder = GraphSubwordEncoder(vocab_files["inputs"])
     if os.path.abspath(vocab_files["targets"]) == os.path.abspath(vocab_files["inputs"]):
       self.target_encoder = self.input_encoder
@@ -167,6 +170,9 @@ class ServingModule(tf.Module):
       text = _ids_to_text(self.target_encoder, ids)
     text = tf.where(_expand_like(empty, text), "", text)
     errors = tf.where(valid, "", INVALID_UTF8_ERROR)
+    if self.cap is not None:
+      cut = tf.logical_and(valid, pieces.row_lengths() > self.cap)
+      errors = tf.where(cut, truncation_message(self.decode_hp), errors)
     return {"outputs": text, "scores": scores, "errors": errors}
 
   def _serve_examples(self, serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
@@ -269,6 +275,26 @@ def remove_stale_exports(export_dir: str, max_age_secs: float = STALE_EXPORT_SEC
   return removed
 
 
+def _full_disk_reason(error: BaseException) -> str:
+  """The strerror of a full disk in `error` (TensorFlow puts it after the path)."""
+  text = str(error)
+  for number in sorted(errors.STORAGE_ERRNOS):
+    if os.strerror(number) in text:
+      return os.strerror(number)
+  return " ".join(text.split())[:200]
+
+
+def _is_full_disk(error: BaseException) -> bool:
+  """An OSError ENOSPC/EDQUOT/EFBIG, or TensorFlow's error for one (its file writers
+  raise ResourceExhausted for ENOSPC, OutOfRange for EFBIG, with the strerror text)."""
+  if isinstance(error, OSError):
+    return errors.is_storage_error(error)
+  if isinstance(error, tf.errors.ResourceExhaustedError):
+    return True
+  text = str(error)
+  return any(os.strerror(number) in text for number in errors.STORAGE_ERRNOS)
+
+
 def make_example(ids: Sequence[int]) -> bytes:
   """Serialized tf.train.Example with int64 `inputs` (T2T's `_make_example`)."""
   feature = {"inputs": tf.train.Feature(int64_list=tf.train.Int64List(value=list(ids)))}
@@ -285,6 +311,10 @@ def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHP
     export_dir: the model base path TF Serving polls.
     encoders: Python encoders (for the warm-up Examples); default: read from
       `vocab_files`.
+
+  Raises:
+    errors.StorageError: the disk (or a quota or file size limit) filled up; the
+      partial export is removed and no version appears.
   """
   if encoders is None:
     from data_gen import text_encoder
@@ -297,12 +327,20 @@ def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHP
   shutil.rmtree(tmp, ignore_errors=True)
   signatures = {TEXT_SIGNATURE: module.serve_text.get_concrete_function(),
                 EXAMPLE_SIGNATURE: module.serve_examples.get_concrete_function()}
-  tf.saved_model.save(module, tmp, signatures=signatures)
-  extra = os.path.join(tmp, "assets.extra")
-  os.makedirs(extra, exist_ok=True)
-  with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILENAME)) as writer:
-    for log in _warmup_requests(module, encoders):
-      writer.write(log.SerializeToString())
+  try:
+    tf.saved_model.save(module, tmp, signatures=signatures)
+    extra = os.path.join(tmp, "assets.extra")
+    os.makedirs(extra, exist_ok=True)
+    with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILENAME)) as writer:
+      for log in _warmup_requests(module, encoders):
+        writer.write(log.SerializeToString())
+  except (OSError, tf.errors.OpError) as e:
+    shutil.rmtree(tmp, ignore_errors=True)
+    if _is_full_disk(e):
+      raise errors.StorageError(
+          f"no space left writing the SavedModel in {export_dir} ({_full_disk_reason(e)}); free "
+          "some space and export again: no version was written.") from None
+    raise
   _make_readable(tmp)
   while True:  # never overwrite a version, even with a concurrent exporter
     version = (existing_versions(export_dir) or [0])[-1] + 1

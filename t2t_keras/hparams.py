@@ -238,7 +238,7 @@ class DecodeHParams(_Fields):
   batch_size: int = 0  # 0: 32 when decoding from a file, as in T2T.
   return_beams: bool = False  # n-best output, tab-separated.
   write_beam_scores: bool = False  # A score after each beam (needs return_beams).
-  max_input_size: int = -1  # > 0: truncate longer inputs (subword tokens).
+  max_input_size: int = -1  # > 0: inputs keep max_input_size - 1 subword tokens + EOS (T2T).
   num_samples: int = -1  # >= 1: decode only the first N examples of the dataset.
   delimiter: str = "\n"  # Separates the inputs of --decode_from_file.
   force_decode_length: bool = False  # Refused when true (not implemented).

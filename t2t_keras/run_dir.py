@@ -27,12 +27,13 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
 from data_gen import file_io
-from t2t_keras import checkpoints
+from t2t_keras import checkpoints, errors
 from t2t_keras.errors import RunError
 from t2t_keras.hparams import HParams
 
@@ -251,19 +252,43 @@ def load_run_files(output_dir: str) -> Tuple[HParams, str, ModelSpec]:
   """(HParams, problem name, ModelSpec) saved by a training run in `output_dir`.
 
   Raises:
-    FileNotFoundError: no hparams.json there, naming the trainer command to run.
+    FileNotFoundError: no hparams.json or run.json there, naming the trainer
+      command to run.
+    errors.RunError: one of them is damaged (truncated, not JSON, or without
+      the fields it needs), naming the file and how to rewrite it.
   """
-  hparams_path = _path(output_dir, HPARAMS_FILE)
-  if not tf.io.gfile.exists(hparams_path):
-    raise FileNotFoundError(
-        f"No {HPARAMS_FILE} in {output_dir}: train a model there first with "
-        f"t2t_keras_trainer --output_dir={output_dir} ...")
-  with tf.io.gfile.GFile(hparams_path) as f:
-    hparams = HParams.from_json(f.read())
-  run = _read_json(_path(output_dir, RUN_FILE))
-  problem = run.pop(PROBLEM_KEY)
+  hparams = _parse_run_file(output_dir, HPARAMS_FILE, HParams.from_json)
+  run = _parse_run_file(output_dir, RUN_FILE, json.loads)
   fields = {f.name for f in dataclasses.fields(ModelSpec)}
-  return hparams, problem, ModelSpec(**{k: v for k, v in run.items() if k in fields})
+  try:
+    problem = run.pop(PROBLEM_KEY)
+    return hparams, problem, ModelSpec(**{k: v for k, v in run.items() if k in fields})
+  except (AttributeError, KeyError, TypeError) as e:  # valid JSON, wrong content
+    raise _damaged(output_dir, RUN_FILE, f"no valid {e}") from None
+
+
+def _damaged(output_dir: str, name: str, detail: str) -> errors.RunError:
+  return errors.RunError(
+      f"{_path(output_dir, name)} is damaged ({detail}): restore it from a backup, or "
+      f"delete it and run t2t_keras_trainer --output_dir={output_dir} with the run's "
+      "--problem, --hparams_set and --hparams (it writes the file again and resumes "
+      "from the newest checkpoint).")
+
+
+def _parse_run_file(output_dir: str, name: str, parse: Callable[[str], object]):
+  """`parse(text)` of the run file `name`, with the errors a user can act on."""
+  path = _path(output_dir, name)
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      text = f.read()
+  except tf.errors.NotFoundError:  # gfile's, not Python's FileNotFoundError
+    raise FileNotFoundError(
+        f"No {name} in {output_dir}: give the --output_dir of a training run, or train a "
+        f"model there first with t2t_keras_trainer --output_dir={output_dir} ...") from None
+  try:
+    return parse(text)
+  except (ValueError, TypeError, AttributeError, KeyError) as e:  # JSONDecodeError: ValueError
+    raise _damaged(output_dir, name, " ".join(str(e).split()) or type(e).__name__) from None
 
 
 def _checkpoint_to_load(output_dir: str, checkpoint_path: Optional[str],
@@ -311,8 +336,50 @@ def load_trained_model(output_dir: str, checkpoint_path: Optional[str] = None,
   hparams, problem, spec = load_run_files(output_dir)
   path = _checkpoint_to_load(output_dir, checkpoint_path, log)
   model = build_model(hparams, spec)
-  # read(), not restore(): averaged checkpoints hold no save_counter; the
-  # optimizer's slots are not needed.
-  tf.train.Checkpoint(model=model).read(path).expect_partial() \
-      .assert_existing_objects_matched()
+  _restore(model, path, output_dir)
   return model, hparams, problem, spec, path
+
+
+def _restore(model, path: str, output_dir: str) -> None:
+  """Reads the model's weights from checkpoint `path`.
+
+  Raises:
+    checkpoints.CheckpointError: `path` holds another model (other hparams or
+      vocab), naming a variable and both shapes, or one the checkpoint lacks.
+  """
+  fix = (f"give a checkpoint of the run in {output_dir} (same hparams.json and vocab), "
+         "or the --output_dir of the run that wrote it.")
+  try:
+    # read(), not restore(): averaged checkpoints hold no save_counter; the
+    # optimizer's slots are not needed.
+    tf.train.Checkpoint(model=model).read(path).expect_partial() \
+        .assert_existing_objects_matched()
+  except ValueError as e:
+    _silence_unrestored_warnings(e)
+    match = re.search(r"incompatible tensor with shape (\S+) when attempting to restore "
+                      r"variable with shape (\S+) and name (\S+?)(?::0)?\.", str(e))
+    if match is None:
+      raise
+    raise checkpoints.CheckpointError(
+        f"Checkpoint {path} holds another model: variable {match.group(3)} has shape "
+        f"{match.group(1)} there but {match.group(2)} in this run's model; {fix}") from None
+  except AssertionError as e:
+    _silence_unrestored_warnings(e)
+    count = re.search(r"Found (\d+) Python objects", str(e))
+    first = re.search(r"path=(\S+), shape=(\(.*?\))", str(e))
+    what = (f"variable {first.group(1)} of shape {first.group(2)}" if first else
+            " ".join(str(e).split())[:200])
+    more = f" and {int(count.group(1)) - 1} more" if count and first else ""
+    raise checkpoints.CheckpointError(
+        f"Checkpoint {path} holds another model: it has no value for {what}{more} of "
+        f"this run's model; {fix}") from None
+
+def _silence_unrestored_warnings(error: BaseException) -> None:
+  """Marks the failed restore as partial, so TensorFlow does not log its unrestored
+  values at exit under the one-line error (its status object is never returned)."""
+  tb = error.__traceback__
+  while tb is not None:
+    for value in tb.tb_frame.f_locals.values():
+      if hasattr(value, "expect_partial_attr"):  # the restore coordinator
+        value.expect_partial = True
+    tb = tb.tb_next

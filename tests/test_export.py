@@ -140,21 +140,19 @@ def test_fresh_process_equals_text_decoder(run, text_decoder):
 
 
 def test_empty_long_and_mixed_batch(run, loaded):
-  cap = export.input_cap(create_decode_hparams(DECODE_HP), run["hp"])
-  assert cap == run["hp"].max_length - 1
-  long_line = ("the big house and " * 300)[:5000]
+  assert decode_text.input_cap(create_decode_hparams(DECODE_HP)) is None  # T2T: no cut
+  long_line = "the big house and " * 80  # > max_length (256) subword tokens
   batch = ["the big house", "", long_line, "   ", "a red cat sees the old dog", "old"]
   outputs, scores = _translate(loaded, batch)
   assert len(outputs) == len(batch)
   assert outputs[1] == outputs[3] == "" and scores[1] == scores[3] == 0.0
   for i in (0, 4, 5):  # in order: the same as alone
     assert outputs[i] == _translate(loaded, [batch[i]])[0][0]
-  # The long input is cut to `cap` subword tokens, as the Python decoder does.
-  assert len(run["encoders"]["inputs"].encode(long_line)) > cap
-  capped = decode_text.TextDecoder(run["model"], run["encoders"],
-                                   create_decode_hparams(DECODE_HP).replace(max_input_size=cap),
-                                   log=lambda line: None)
-  assert outputs[2] == capped.decode_lines([long_line])[0] != ""
+  # The long input is translated whole, as the Python decoder does.
+  assert len(run["encoders"]["inputs"].encode(long_line)) > run["hp"].max_length
+  whole = decode_text.TextDecoder(run["model"], run["encoders"], create_decode_hparams(DECODE_HP),
+                                  log=lambda line: None)
+  assert outputs[2] == whole.decode_lines([long_line])[0] != ""
 
 
 def test_example_signature_matches_text_signature(run, loaded):
@@ -355,7 +353,7 @@ def test_bad_arguments(run, tmp_path):
                          {"inputs": str(tmp_path / "missing"), "targets": "x"})
   with pytest.raises(ValueError, match="batch_size"):
     query.translate(["a"], lambda values: None, batch_size=0)
-  assert export.input_cap(create_decode_hparams("max_input_size=7"), run["hp"]) == 7
+  assert decode_text.input_cap(create_decode_hparams("max_input_size=7")) == 6  # T2T: + EOS
   (tmp_path / "3").mkdir()
   (tmp_path / "10").mkdir()
   (tmp_path / ".tmp-export-1").mkdir()

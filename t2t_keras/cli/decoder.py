@@ -8,6 +8,10 @@ r"""t2t_keras_decoder: translate with a trained run (T2T's t2t-decoder and its f
   t2t_keras_decoder --flagfile=flags/wmt14_ende_base.flags --data_dir=$DATA \
       --output_dir=$TRAIN --decode_from_file=newstest2014.en --decode_to_file=out.de
 
+  cat news.en | t2t_keras_decoder --output_dir=$TRAIN --data_dir=$DATA \
+      --decode_from_file=- > news.de
+
+--decode_from_file=- (or /dev/stdin, a pipe) reads stdin to its end, then decodes.
 Without --decode_from_file it decodes the problem's dev split (test with
 --eval_use_test_set) and scores it against the reference. The trainer's
 flagfile may be given: the training flags in it are ignored here.
@@ -54,7 +58,8 @@ def main(argv):
     common_flags.check_output_file("decode_to_file", FLAGS.decode_to_file)
   if FLAGS.score_file:
     pairs = [line.split("\t") for line in file_checks.read_input_lines(
-        "score_file", FLAGS.score_file, "a file of source<TAB>target lines")]
+        "score_file", FLAGS.score_file, "a file of source<TAB>target lines",
+        allow_stdin=True)]
     bad = [i + 1 for i, p in enumerate(pairs) if len(p) != 2]
     if bad:
       raise app.UsageError(f"--score_file={FLAGS.score_file}: line {bad[0]} is not "
@@ -122,7 +127,7 @@ def _read_source_and_reference(decode_hp):
   if source:
     lines = file_checks.read_input_lines("decode_from_file", source,
                                          "a text file of sentences, one per line",
-                                         decode_hp.delimiter)
+                                         decode_hp.delimiter, allow_stdin=True)
     label = f"--decode_from_file={source}"
   else:
     problem = _run_problem()
@@ -165,7 +170,15 @@ def _read_source_and_reference(decode_hp):
 def _emit(lines):
   if FLAGS.decode_to_file:
     from data_gen import file_io
-    file_io.write_lines(FLAGS.decode_to_file, lines)
+    from t2t_keras import errors
+    try:  # atomic: a full disk leaves no partial file under the name
+      file_io.write_lines(FLAGS.decode_to_file, lines)
+    except OSError as e:
+      if not errors.is_storage_error(e):
+        raise
+      raise errors.StorageError(
+          f"no space left writing --decode_to_file={FLAGS.decode_to_file} ({e.strerror}); "
+          "free some space and decode again: the file was not written.") from None
     print(f"Wrote {len(lines)} lines to {FLAGS.decode_to_file}.", file=sys.stderr, flush=True)
   else:
     for line in lines:

@@ -50,7 +50,8 @@ class PositionEmbedding(keras.layers.Layer):
     pos: "timing" (T2T sinusoid), "timing_paper" (interleaved), "emb" (learned
       `[max_length, depth]` table, N(0, depth^-0.5), as T2T's
       `add_positional_embedding`), or "none".
-    max_length: rows of the learned table (ignored for sinusoids).
+    max_length: rows of the learned table (ignored for sinusoids); positions
+      past them get no signal.
 
   Call arguments:
     x: `[batch, length, depth]`.
@@ -82,13 +83,22 @@ class PositionEmbedding(keras.layers.Layer):
       return x
     length = tf.shape(x)[1]
     if self.pos == "emb":
-      signal = tf.slice(tf.convert_to_tensor(self.embedding), [start_index, 0],
-                        [length, self.depth])[None]
+      signal = self._learned_signal(start_index, length)
     else:
       layout = "concat" if self.pos == "timing" else "interleaved"
       signal = get_timing_signal_1d(length, self.depth, self.min_timescale,
                                     self.max_timescale, start_index, layout)
     return x + tf.cast(signal, x.dtype)
+
+  def _learned_signal(self, start_index, length):
+    """`[1, length, depth]` rows start_index.. of the table; zero past its max_length
+    rows (T2T's `add_positional_embedding` pads the table), so that any input or
+    output length decodes, as with sinusoids."""
+    positions = tf.range(length) + tf.cast(start_index, tf.int32)
+    rows = tf.gather(tf.convert_to_tensor(self.embedding),
+                     tf.minimum(positions, self.max_length - 1))
+    inside = tf.cast(positions < self.max_length, rows.dtype)[:, None]
+    return (rows * inside)[None]
 
   def get_config(self):
     config = super().get_config()
