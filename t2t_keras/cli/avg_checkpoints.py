@@ -7,6 +7,7 @@ r"""t2t_keras_avg_checkpoints: average the last N checkpoints (T2T's avg_checkpo
 from __future__ import annotations
 
 import os
+import sys
 
 from absl import app, flags
 
@@ -45,7 +46,10 @@ def main(argv):
     raise app.UsageError(str(e)) from None
   model = run_dir.build_model(hparams, spec)
   print(f"Averaging {len(paths)} checkpoints: " + ", ".join(os.path.basename(p) for p in paths))
-  written = avg_checkpoints.average_checkpoints(model, paths, FLAGS.output_path)
+  written = avg_checkpoints.average_checkpoints(
+      model, paths, FLAGS.output_path,
+      model_source=f"the model of {os.path.join(directory, run_dir.HPARAMS_FILE)}",
+      log=lambda line: print(line, file=sys.stderr, flush=True))
   print(f"Averaged checkpoint written to {written}")
 
 
