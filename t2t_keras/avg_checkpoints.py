@@ -3,17 +3,24 @@
 Loads each checkpoint into one model, averages every model weight, and writes a
 checkpoint of the model alone with step 0 (T2T also reset global_step), which
 the decoder and exporter restore like any training checkpoint.
+
+Before anything is loaded every checkpoint is checked: complete, with finite
+weights, and with the model's variables in the model's shapes (else one error
+naming the variable and both shapes). Checkpoints of different runs (other
+directories) are averaged with a warning: their average is not a better model.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from typing import List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from t2t_keras import checkpoints as checkpoints_lib
+from t2t_keras import errors, run_dir
 from t2t_keras.model import Transformer
 
 
@@ -31,22 +38,93 @@ def last_checkpoints(prefix_dir: str, num_last: int) -> List[str]:
   return paths[-num_last:]
 
 
-def average_checkpoints(model: Transformer, paths: Sequence[str], output_path: str) -> str:
+def check_averageable(model: Transformer, paths: Sequence[str], model_source: str = "the model",
+                      log: Optional[Callable[[str], None]] = None) -> None:
+  """Checks that the checkpoints `paths` can be averaged into `model`.
+
+  Args:
+    model: a built Transformer.
+    paths: checkpoint prefixes.
+    model_source: where the model's hparams came from, for messages.
+    log: receives one WARNING line when the checkpoints come from different runs.
+  Raises:
+    checkpoints.CheckpointError: a damaged checkpoint, naming the file; or
+      (NonFiniteWeightsError) one with NaN or inf weights, naming the variable.
+    errors.RunError: two checkpoints, or a checkpoint and the model, differ in a
+      variable's shape (naming it and both shapes), or a model variable is missing.
+  """
+  want = {v.path: [int(d) for d in v.shape] for v in model.variables
+          if tf.as_dtype(v.dtype).is_floating}
+  first = None
+  for path in paths:
+    checkpoints_lib.verify_checkpoint(path)
+    checkpoints_lib.check_finite_weights(path)
+    have = {name: list(shape) for name, (_, shape) in
+            checkpoints_lib.model_variables(path).items()}
+    if first is None:
+      first = (path, have)
+    for name, shape in have.items():  # checkpoint against checkpoint: two runs' shapes
+      other = first[1].get(name)
+      if other is not None and other != shape:
+        raise errors.RunError(
+            f"cannot average {first[0]} and {path}: {name} has shape {other} in the first "
+            f"and {shape} in the second; average checkpoints of one run.")
+    for name, shape in want.items():
+      if name not in have:
+        raise errors.RunError(f"{path} has no variable {name} of {model_source}; average "
+                              "checkpoints of the run those hparams come from.")
+      if have[name] != shape:
+        raise errors.RunError(
+            f"{path} does not fit {model_source}: {name} has shape {have[name]} in the "
+            f"checkpoint and {shape} in the model; average checkpoints of the run those "
+            "hparams come from.")
+  _warn_if_several_runs(paths, log)
+
+
+def _warn_if_several_runs(paths: Sequence[str], log: Optional[Callable[[str], None]]) -> None:
+  directories = list(dict.fromkeys(os.path.dirname(os.path.abspath(p)) for p in paths))
+  if len(directories) < 2 or log is None:
+    return
+  files = [_run_files(d) for d in directories]
+  differ = sorted({k for f in files[1:] for k in set(f) | set(files[0])
+                   if f.get(k) != files[0].get(k)})
+  what = f"; their run files differ in {', '.join(differ)}" if differ else ""
+  log(f"WARNING: averaging checkpoints of {len(directories)} different runs "
+      f"({', '.join(directories)}){what}. Averaging independently trained models does not "
+      "give a better model: average the last checkpoints of one run.")
+
+
+def _run_files(directory: str) -> dict:
+  """hparams.json and run.json of `directory` (without the last training's status), flat."""
+  out = {}
+  for name in (run_dir.HPARAMS_FILE, run_dir.RUN_FILE):
+    path = os.path.join(directory, name)
+    if tf.io.gfile.exists(path):
+      with tf.io.gfile.GFile(path) as f:
+        out.update(json.load(f))
+  return {k: v for k, v in out.items() if k not in run_dir.STATUS_KEYS}
+
+
+def average_checkpoints(model: Transformer, paths: Sequence[str], output_path: str,
+                        model_source: str = "the model",
+                        log: Optional[Callable[[str], None]] = None) -> str:
   """Averages the weights of the checkpoints `paths` into `model` and saves it.
 
   Args:
     model: a built Transformer with the checkpoints' hparams.
-    paths: checkpoint prefixes written by the trainer (each verified first).
+    paths: checkpoint prefixes written by the trainer (checked first, see
+      `check_averageable`, which raises).
     output_path: prefix of the averaged checkpoint (written atomically by TF).
+    model_source, log: see `check_averageable`.
   Returns:
     The path of the written checkpoint.
   """
   if not paths:
     raise ValueError("No checkpoints to average.")
+  check_averageable(model, paths, model_source, log)
   checkpoint = tf.train.Checkpoint(model=model)
   total = None
   for path in paths:
-    checkpoints_lib.verify_checkpoint(path)  # CheckpointError naming a damaged file
     checkpoint.read(path).expect_partial().assert_existing_objects_matched()
     weights = [np.asarray(w, np.float64) for w in model.get_weights()]
     total = weights if total is None else [t + w for t, w in zip(total, weights)]

@@ -14,8 +14,11 @@ the file. Here:
 * `find_checkpoints` lists the checkpoints of a directory from the state file
   and from the files present, newest first, so that a lost or stale state file
   does not hide them.
-* `newest_loadable` picks the newest checkpoint that verifies and says what was
-  wrong with each newer one.
+* `check_finite_weights` refuses a checkpoint whose model weights hold NaN or
+  inf (a diverged run, or one saved before the trainer checked its weights),
+  naming the variable.
+* `newest_loadable` picks the newest checkpoint that verifies and whose weights
+  are finite, and says what was wrong with each newer one.
 """
 
 from __future__ import annotations
@@ -27,18 +30,24 @@ import struct
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
+import numpy as np
 import tensorflow as tf
-from tensorflow.core.protobuf import tensor_bundle_pb2
+from tensorflow.core.protobuf import tensor_bundle_pb2, trackable_object_graph_pb2
 
 FULL_READ_BYTES = 256 << 20  # read (and CRC-check) every tensor up to this data size
 _TABLE_MAGIC = 0xDB4775248B80FB57
 _FOOTER_BYTES = 48
 _BLOCK_TRAILER_BYTES = 5
+_OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _CKPT_RE = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|data-\d{5}-of-\d{5})$")
 
 
 class CheckpointError(ValueError):
   """A checkpoint is missing, damaged or partial; the message names the file."""
+
+
+class NonFiniteWeightsError(CheckpointError):
+  """A checkpoint's model weights hold NaN or inf; the message names the variable."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +106,67 @@ def verify_checkpoint(prefix: str, full_read: Optional[bool] = None) -> None:
       raise CheckpointError(f"{prefix} does not read back ({_first_line(e)})") from None
 
 
+def model_variables(prefix: str) -> Dict[str, Tuple[str, List[int]]]:
+  """{variable path: (checkpoint key, shape)} of the model's float variables in `prefix`.
+
+  The model's variables are those under the checkpoint's `model` object (what
+  `tf.train.Checkpoint(model=...)` wrote), named by their Keras paths, e.g.
+  `transformer/shared/weights`; the optimizer's slots and step counter are not
+  among them. A checkpoint without a `model` object gives all its float tensors,
+  named by their keys.
+  """
+  reader = tf.train.load_checkpoint(prefix)
+  shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+  found = {}
+  if reader.has_tensor(_OBJECT_GRAPH_KEY):
+    graph = trackable_object_graph_pb2.TrackableObjectGraph.FromString(
+        reader.get_tensor(_OBJECT_GRAPH_KEY))
+    stack = [c.node_id for c in graph.nodes[0].children if c.local_name == "model"]
+    seen = set()
+    while stack:  # every object reachable from the model (layers share some)
+      node_id = stack.pop()
+      if node_id in seen:
+        continue
+      seen.add(node_id)
+      node = graph.nodes[node_id]
+      for attribute in node.attributes:
+        if attribute.name == "VARIABLE_VALUE":
+          found[attribute.full_name or attribute.checkpoint_key] = attribute.checkpoint_key
+      stack.extend(c.node_id for c in node.children)
+  if not found:
+    found = {key: key for key in shapes if key != _OBJECT_GRAPH_KEY}
+  return {name: (key, shapes[key]) for name, key in sorted(found.items())
+          if key in dtypes and dtypes[key].is_floating}
+
+
+def check_finite_weights(prefix: str) -> None:
+  """Checks that every model variable of checkpoint `prefix` is finite.
+
+  Only the model's variables (see `model_variables`) are read: they are what
+  decoding, export, averaging and a resumed run compute with. A non-finite
+  optimizer slot alone is not looked for; it makes the next update, and so the
+  weights of the next checkpoint, non-finite, which the trainer stops at.
+
+  Raises:
+    NonFiniteWeightsError: naming the checkpoint, the first non-finite variable,
+      what it holds (NaN or inf) and how many other variables are non-finite.
+    CheckpointError: a tensor does not read back.
+  """
+  bad = []
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+    for name, (key, _) in model_variables(prefix).items():
+      value = reader.get_tensor(key)
+      if not np.isfinite(value).all():
+        bad.append((name, "NaN" if np.isnan(value).any() else "inf"))
+  except (tf.errors.OpError, ValueError) as e:  # e.g. a CRC mismatch in a big checkpoint
+    raise CheckpointError(f"{prefix} does not read back ({_first_line(e)})") from None
+  if bad:
+    (name, kind), more = bad[0], len(bad) - 1
+    others = f" (and {more} other variable{'s' if more > 1 else ''})" if more else ""
+    raise NonFiniteWeightsError(f"{prefix} has non-finite weights: {name} holds {kind}{others}")
+
+
 def find_checkpoints(directory: str) -> List[str]:
   """Checkpoint prefixes of `directory`, newest step first.
 
@@ -131,7 +201,8 @@ def read_state(directory: str):
 
 def newest_loadable(directory: str, full_read: Optional[bool] = None
                     ) -> Tuple[Optional[str], List[Candidate]]:
-  """The newest checkpoint of `directory` that verifies, and the newer bad ones.
+  """The newest checkpoint of `directory` that verifies and has finite weights,
+  and the newer bad ones (damaged, partial or non-finite).
 
   Returns:
     (prefix or None, [Candidate] for each newer checkpoint that failed, newest first).
@@ -140,6 +211,7 @@ def newest_loadable(directory: str, full_read: Optional[bool] = None
   for prefix in find_checkpoints(directory):
     try:
       verify_checkpoint(prefix, full_read)
+      check_finite_weights(prefix)
     except CheckpointError as e:
       damaged.append(Candidate(prefix, checkpoint_step(prefix), str(e)))
       continue

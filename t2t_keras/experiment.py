@@ -14,7 +14,13 @@ and a run never falls back to step 0 while checkpoints exist unless asked to
 (`start_over`, which moves them to `output_dir/replaced-<time>/`). No checkpoint
 file that this run did not write is overwritten.
 
-Training stops at `train_steps`, after `train_seconds` of training wall time
+Training stops with `errors.DivergenceError` (exit status 3) at the first step
+whose loss or gradient norm is not finite (under float16 loss scaling, whose
+loss is not: a non-finite gradient only skips that step) or, checked before
+each checkpoint, whose model weights are not; nothing is saved then, so every
+checkpoint a run writes is finite (a resume skips non-finite ones written
+before, like damaged ones). Otherwise training stops at `train_steps`, after
+`train_seconds` of training wall time
 (a resumed run gets a fresh budget) or on a stop request (SIGTERM, Ctrl-C);
 each stop saves a checkpoint (a signal with no step unsaved exits at once,
 see stopping.py), and `run.json` records `start_step`,
@@ -33,8 +39,8 @@ import tensorflow as tf
 
 from t2t_keras import checkpoints
 from t2t_keras import inputs as inputs_lib
-from t2t_keras import run_dir
-from t2t_keras.training import Trainer, check_finite
+from t2t_keras import run_dir, training
+from t2t_keras.training import Trainer
 
 SCHEDULES = ("train", "evaluate", "train_and_evaluate", "continuous_train_and_eval",
              "continuous_eval")
@@ -85,6 +91,8 @@ class Experiment:
       while steps have run since the last checkpoint (see stopping.StopSignals).
     clock: seconds, monotonic; measures `train_seconds` (tests pass a fake one).
   """
+
+  _last_finite: Optional[str] = None  # the newest checkpoint restored or saved (all finite)
 
   def __init__(self, trainer: Trainer, config: RunConfig, train_pattern: Optional[str],
                eval_pattern: Optional[str], log: Callable[[str], None] = print,
@@ -144,13 +152,15 @@ class Experiment:
           f"train from step 0 (existing checkpoints are then moved to {directory}/replaced-"
           "<time>/), or use another --output_dir.")
     if damaged:
-      self.log(f"WARNING: damaged or partial checkpoint(s): {checkpoints.describe(damaged)}. "
-               f"Falling back to {latest}, the newest loadable one.")
+      self.log(f"WARNING: damaged, partial or non-finite checkpoint(s): "
+               f"{checkpoints.describe(damaged)}. Falling back to {latest}, the newest "
+               "loadable one.")
     if repair and self.is_chief and latest:
       checkpoints.repair(directory, latest, damaged, self.log)
     if latest:
       self.checkpoint.restore(latest).assert_existing_objects_matched()
       self.log(f"Restored {latest} at step {self.trainer.step}.")
+    self._last_finite = latest
     return self.trainer.step
 
   def save(self) -> None:
@@ -224,13 +234,17 @@ class Experiment:
       last = self.trainer.train_step(iterator)
       self._mark_unsaved(True)
       step = self.trainer.step
-      check_finite(last, step)
+      self._stop_if_diverged(start_step, step, training.non_finite_metrics(
+          last, self.trainer.loss_scaled))
       tokens += last["tokens"]
       reason = self._stop_reason(step, budget_start)
       self._log_progress(step, last, force=bool(reason))
       if reason or step % cfg.local_eval_frequency == 0:
+        self._stop_if_diverged(start_step, step, _describe_weights(
+            self.trainer.non_finite_weights()))
         self.save()
         self._mark_unsaved(False)
+        self._last_finite = os.path.join(cfg.output_dir, f"ckpt-{step}")
         if eval_every and reason != "signal":  # a signalled job may have seconds left
           self.evaluate()
     if self.is_chief:
@@ -253,6 +267,14 @@ class Experiment:
     # With nothing unsaved, a stop signal need not wait for the step in flight.
     if self.stop_signals is not None:
       self.stop_signals.unsaved = unsaved
+
+  def _stop_if_diverged(self, start_step: int, step: int, what: str) -> None:
+    """Records and raises a divergence at `step` when `what` (non-finite) is not ""."""
+    if not what:
+      return
+    if self.is_chief:
+      run_dir.record_stop(self.config.output_dir, "diverged", start_step, step)
+    raise training.divergence_error(step, what, self._last_finite)
 
   def _stop_reason(self, step: int, budget_start: float) -> str:
     """Why training stops after `step` ("" to go on), the same on every worker."""
@@ -310,6 +332,7 @@ class Experiment:
     for path in tf.train.checkpoints_iterator(self.config.output_dir, timeout=timeout):
       try:
         checkpoints.verify_checkpoint(path)
+        checkpoints.check_finite_weights(path)
       except checkpoints.CheckpointError as e:
         self.log(f"WARNING: skipping checkpoint {path}: {e}.")
         continue
@@ -341,6 +364,15 @@ def _is_chief(strategy) -> bool:
   return resolver.task_type == "chief" or (resolver.task_type == "worker" and
                                            resolver.task_id == 0 and
                                            "chief" not in resolver.cluster_spec().as_dict())
+
+
+def _describe_weights(bad) -> str:
+  """The non-finite weights of Trainer.non_finite_weights in words ("" for none)."""
+  if not bad:
+    return ""
+  (name, kind), more = bad[0], len(bad) - 1
+  others = f" (and {more} other variable{'s' if more > 1 else ''})" if more else ""
+  return f"the weight {name} became {kind}{others} while the loss was finite"
 
 
 def _hms(seconds: float) -> str:

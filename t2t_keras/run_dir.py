@@ -46,7 +46,7 @@ VOCAB_KEY = "vocab"
 _SIZE_KEYS = {"inputs": "input_vocab_size", "targets": "target_vocab_size"}
 # run.json entries that change from one training invocation to the next.
 STATUS_KEYS = ("start_step", "stop_reason", "stop_step")
-STOP_REASONS = ("train_steps", "train_seconds", "signal")
+STOP_REASONS = ("train_steps", "train_seconds", "signal", "diverged")
 MODEL_NAME = "transformer"  # the Keras name of the model: the first part of its variable paths
 
 
@@ -302,8 +302,9 @@ def _checkpoint_to_load(output_dir: str, checkpoint_path: Optional[str],
   if path:
     try:
       checkpoints.verify_checkpoint(path)
+      checkpoints.check_finite_weights(path)
     except checkpoints.CheckpointError as e:
-      raise checkpoints.CheckpointError(f"Checkpoint {path} is not usable: {e}.") from None
+      raise type(e)(f"Checkpoint {path} is not usable: {e}.") from None
     return path
   path, damaged = checkpoints.newest_loadable(directory)
   if path is None:
@@ -312,7 +313,7 @@ def _checkpoint_to_load(output_dir: str, checkpoint_path: Optional[str],
         f"No loadable checkpoint in {directory}{detail}: train with t2t_keras_trainer "
         f"--output_dir={output_dir}, or pass --checkpoint_path.")
   if damaged and log is not None:
-    log(f"WARNING: skipped damaged or partial checkpoint(s): "
+    log(f"WARNING: skipped damaged, partial or non-finite checkpoint(s): "
         f"{checkpoints.describe(damaged)}; using {path}.")
   return path
 
@@ -324,14 +325,16 @@ def load_trained_model(output_dir: str, checkpoint_path: Optional[str] = None,
   Args:
     output_dir: the training run directory.
     checkpoint_path: a checkpoint prefix (e.g. an averaged one) or a directory of
-      checkpoints; default: the newest loadable checkpoint of `output_dir`.
-    log: receives a warning when newer checkpoints were skipped as damaged.
+      checkpoints; default: the newest loadable checkpoint of `output_dir` whose
+      weights are finite.
+    log: receives a warning when newer checkpoints were skipped as damaged or
+      non-finite.
   Returns:
     (model, hparams, problem_name, spec, checkpoint_path).
   Raises:
     FileNotFoundError: no hparams.json in `output_dir`.
     checkpoints.CheckpointError: no checkpoint, or an explicit one that is
-      damaged or partial (naming the file).
+      damaged or partial (naming the file) or holds NaN or inf (naming the variable).
   """
   hparams, problem, spec = load_run_files(output_dir)
   path = _checkpoint_to_load(output_dir, checkpoint_path, log)

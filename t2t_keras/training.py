@@ -13,21 +13,21 @@ the summed gradient by that norm.
 from __future__ import annotations
 
 import logging
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from t2t_keras import cpu_info, cpu_setup, losses, metrics, run_dir
+from t2t_keras import cpu_info, cpu_setup, errors, losses, metrics, run_dir
 from t2t_keras import flops as flops_lib
 from t2t_keras.hparams import HParams
 from t2t_keras.optimization import T2TLearningRateSchedule, create_optimizer
 from t2t_keras.run_dir import ModelSpec
 
 
-class NonFiniteLossError(RuntimeError):
-  pass
+# The former name of the error a diverged training raises.
+NonFiniteLossError = errors.DivergenceError
 
 
 def create_strategy(name: Optional[str] = None,
@@ -121,11 +121,19 @@ class Trainer:
     self._train_fn = None
     self._eval_fn = None
     self._agree_fn = None
+    self._finite_fn = None
     self.flops_seen = 0.0  # training FLOPs of the updates run by this object
 
   @property
   def step(self) -> int:
     return int(self.optimizer.iterations.numpy())
+
+  @property
+  def loss_scaled(self) -> bool:
+    """True under float16 loss scaling: there a step whose gradients are not
+    finite is skipped (weights untouched, loss scale lowered), so a non-finite
+    gradient norm alone does not mean divergence."""
+    return isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
 
   # -- Train step --------------------------------------------------------------
 
@@ -258,6 +266,22 @@ class Trainer:
   def learning_rate(self) -> float:
     return float(self.schedule(self.optimizer.iterations))
 
+  def non_finite_weights(self) -> List[Tuple[str, str]]:
+    """[(variable path, "NaN" or "inf")] of the model's float variables that are
+    not finite, in model order; [] when all are.
+
+    One on-device reduction per variable and a copy of two booleans each, so it
+    is cheap enough to run before every checkpoint.
+    """
+    variables = [v for v in self.model.variables if tf.as_dtype(v.dtype).is_floating]
+    if self._finite_fn is None:
+      self._finite_fn = tf.function(lambda: tf.stack([
+          tf.stack([tf.reduce_all(tf.math.is_finite(v)), tf.reduce_any(tf.math.is_nan(v))])
+          for v in variables]))
+    flags = self._finite_fn().numpy()
+    return [(v.path, "NaN" if nan else "inf")
+            for v, (finite, nan) in zip(variables, flags) if not finite]
+
   # -- Agreement across workers -------------------------------------------------
 
   def any_worker(self, *flags: bool) -> tuple:
@@ -289,10 +313,29 @@ def _is_bias(variable) -> bool:
   return len(variable.shape) == 1 and (name.endswith("bias") or name.endswith("beta"))
 
 
-def check_finite(metrics_: Dict[str, float], step: int) -> None:
-  if not np.isfinite(metrics_["loss"]):
-    raise NonFiniteLossError(
-        f"Training loss became {metrics_['loss']} at step {step}. The last good "
-        "checkpoint is left intact; lower the learning rate (--hparams="
-        "'learning_rate_constant=...'), enable clipping ('clip_grad_norm=1.0'), or use "
-        "--mixed_precision=bfloat16 instead of float16.")
+def non_finite_metrics(metrics_: Dict[str, float], loss_scaled: bool = False) -> str:
+  """What of a step's `loss` and `grad_norm` is not finite ("" when both are).
+
+  Args:
+    metrics_: a train_step result.
+    loss_scaled: float16 loss scaling (Trainer.loss_scaled): a non-finite
+      gradient norm is then a skipped step, not divergence, and is ignored.
+  """
+  loss, grad_norm = metrics_["loss"], metrics_["grad_norm"]
+  if not np.isfinite(loss):
+    return f"the loss became {loss}"
+  if not np.isfinite(grad_norm) and not loss_scaled:
+    return f"the gradient norm became {grad_norm} (the loss, {loss:.4g}, was finite)"
+  return ""
+
+
+def divergence_error(step: int, what: str, last_checkpoint: Optional[str]
+                     ) -> errors.DivergenceError:
+  """The one-line error of a training that diverged at `step` because of `what`."""
+  kept = (f"the last finite checkpoint is {last_checkpoint}" if last_checkpoint else
+          "no checkpoint was saved yet")
+  return errors.DivergenceError(
+      f"training diverged at step {step}: {what}; that step was not saved and {kept}. "
+      "Train again in a new --output_dir with a lower learning rate (--hparams="
+      "'learning_rate_constant=...'), gradient clipping ('clip_grad_norm=1.0') or "
+      "--mixed_precision=bfloat16 instead of float16.")

@@ -50,7 +50,10 @@ def main(argv):
     run_dir.check_vocab(directory, FLAGS.data_dir, lambda line: print(line, file=sys.stderr))
   model = run_dir.build_model(hparams, spec)
   print(f"Averaging {len(paths)} checkpoints: " + ", ".join(os.path.basename(p) for p in paths))
-  written = avg_checkpoints.average_checkpoints(model, paths, FLAGS.output_path)
+  written = avg_checkpoints.average_checkpoints(
+      model, paths, FLAGS.output_path,
+      model_source=f"the model of {os.path.join(directory, run_dir.HPARAMS_FILE)}",
+      log=lambda line: print(line, file=sys.stderr, flush=True))
   print(f"Averaged checkpoint written to {written}")
 
 

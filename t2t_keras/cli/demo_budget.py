@@ -133,7 +133,8 @@ def checkpoints_to_average(steps: Sequence[int], fraction: float, limit: int) ->
 
 STOP_REASONS = {"train_seconds": "its time budget was used up",
                 "train_steps": "it reached --train_steps",
-                "signal": "it was interrupted"}
+                "signal": "it was interrupted",
+                "diverged": "it diverged"}
 
 
 def format_summary(stages: Sequence[Stage], budget_s: float, steps: Optional[int],

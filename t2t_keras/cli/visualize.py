@@ -47,6 +47,8 @@ def _load_model(output_dir: str, checkpoint_path):
   try:
     return run_dir.load_trained_model(
         output_dir, checkpoint_path, log=lambda line: print(line, file=sys.stderr, flush=True))[0]
+  except checkpoints.NonFiniteWeightsError:
+    raise  # one line naming the variable (run_cli)
   except checkpoints.CheckpointError as e:
     if checkpoint_path:
       raise app.UsageError(f"--checkpoint_path={checkpoint_path} is not a checkpoint ({e}); "
