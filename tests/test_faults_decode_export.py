@@ -52,7 +52,8 @@ def run(tmp_path_factory):
     tf.keras.utils.set_random_seed(0)
     hp = create_hparams("transformer_tiny", overrides)
     output_dir = os.path.join(root, name)
-    run_dir.save_or_check_run_files(output_dir, hp, "translate_from_files", spec)
+    run_dir.save_or_check_run_files(output_dir, hp, "translate_from_files", spec,
+                                    run_dir.vocab_record(problem, data_dir, encoders))
     checkpoint = tf.train.Checkpoint(model=run_dir.build_model(hp, spec))
     paths[name] = tf.train.CheckpointManager(checkpoint, output_dir, 1).save(1)
   model, hp, _, _, _ = run_dir.load_trained_model(os.path.join(root, "dir"))
