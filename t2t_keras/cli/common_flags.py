@@ -172,6 +172,20 @@ def load_trained_run():
   return model, hparams, problem, encoders
 
 
+def resolve_path_flags(*names: str) -> None:
+  """Makes each of these flags, when set, an absolute local path, once, at the start.
+
+  `~` is expanded; a remote path (`gs://bucket/run`) is left as it is. Every
+  later use (checkpoint paths, messages, the state file) then sees one spelling
+  of each directory, whatever the working directory.
+  """
+  import os
+  for name in names:
+    value = getattr(flags.FLAGS, name)
+    if value and "://" not in value:
+      setattr(flags.FLAGS, name, os.path.abspath(os.path.expanduser(value)))
+
+
 def check_output_file(flag: str, path: str) -> None:
   """Refuses, before any work, an output file path that cannot be written.
 

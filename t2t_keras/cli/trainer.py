@@ -10,6 +10,7 @@ the same command again resumes from the last checkpoint in --output_dir.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -27,9 +28,12 @@ common_flags.define_experiment_flags([name for name in common_flags.EXPERIMENT_F
 
 flags.DEFINE_integer("log_every_steps", 100, "Progress line every N steps (or 30 s).")
 
+_TRAINING_SCHEDULES = ("train", "train_and_evaluate", "continuous_train_and_eval")
+
 
 def main(argv):
   del argv
+  common_flags.resolve_path_flags("data_dir", "output_dir")
   for name in ("problem", "data_dir", "output_dir", "hparams_set"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
@@ -38,10 +42,9 @@ def main(argv):
   if FLAGS.decode_from_file:  # BLEU in evaluation: its files are checked now, not at step N
     _check_bleu_files()
   import keras
-  import tensorflow as tf
 
   from data_gen import registry
-  from t2t_keras import experiment, run_dir, stopping, training
+  from t2t_keras import experiment, training
   from t2t_keras.hparams import create_decode_hparams, create_hparams
 
   try:  # multi_worker_mirrored must come before any other TensorFlow op
@@ -73,6 +76,28 @@ def main(argv):
                            "--decode_reference=FILE instead.")
   except ValueError as e:
     raise app.UsageError(str(e)) from None
+  with _run_dir_lock(strategy):  # before anything is written to --output_dir
+    _train(strategy, hparams, config, decode_hp, problem, encoders)
+
+
+def _run_dir_lock(strategy):
+  """--output_dir's lock (run_lock.py) when this process trains as the chief, else a no-op.
+
+  Workers of a multi-worker job write only their tmp_worker_N; evaluation alone
+  writes no checkpoint.
+  """
+  from t2t_keras import experiment, run_lock
+  if FLAGS.schedule not in _TRAINING_SCHEDULES or not experiment._is_chief(strategy):  # pylint: disable=protected-access
+    return contextlib.nullcontext()
+  return run_lock.RunLock(FLAGS.output_dir, log=lambda line: print(line, flush=True))
+
+
+def _train(strategy, hparams, config, decode_hp, problem, encoders):
+  """Builds the Trainer, saves or checks the run files and runs --schedule."""
+  import keras
+  import tensorflow as tf
+
+  from t2t_keras import experiment, run_dir, stopping, training
   spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
                            problem.target_space_id)
   trainer = training.Trainer(hparams, spec, strategy, FLAGS.train_steps, FLAGS.jit_compile)
