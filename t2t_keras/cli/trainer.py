@@ -87,7 +87,8 @@ def _run_dir_lock(strategy):
   writes no checkpoint.
   """
   from t2t_keras import experiment, run_lock
-  if FLAGS.schedule not in _TRAINING_SCHEDULES or not experiment._is_chief(strategy):  # pylint: disable=protected-access
+  chief = experiment._is_chief(strategy)  # pylint: disable=protected-access
+  if FLAGS.schedule not in _TRAINING_SCHEDULES or not chief:
     return contextlib.nullcontext()
   return run_lock.RunLock(FLAGS.output_dir, log=lambda line: print(line, flush=True))
 
