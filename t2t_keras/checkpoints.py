@@ -33,7 +33,6 @@ import tensorflow as tf
 from tensorflow.core.protobuf import tensor_bundle_pb2
 
 from data_gen import file_io
-from t2t_keras import errors
 
 FULL_READ_BYTES = 256 << 20  # read (and CRC-check) every tensor up to this data size
 _TABLE_MAGIC = 0xDB4775248B80FB57
@@ -273,19 +272,6 @@ def undo_failed_save(prefix: str) -> Iterator[None]:
     except (OSError, tf.errors.OpError) as e:
       logging.warning("could not undo the failed save of %s: %s", prefix, e)
     raise
-
-
-def storage_failure(error: BaseException) -> Optional[str]:
-  """Why a write failed for lack of space ("No space left on device", "File too
-  large", ...): for an OSError ENOSPC, EDQUOT or EFBIG, or a TensorFlow error
-  carrying one's message (TF reports these as OpErrors); None for any other error."""
-  if errors.is_storage_error(error):
-    return error.strerror or os.strerror(error.errno)
-  if isinstance(error, tf.errors.OpError):
-    for number in sorted(errors.STORAGE_ERRNOS):
-      if os.strerror(number) in (error.message or ""):
-        return os.strerror(number)
-  return None
 
 
 # -- TF's table format (tensorflow/core/lib/io/table*), uncompressed as written by BundleWriter --

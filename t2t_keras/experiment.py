@@ -12,7 +12,10 @@ that verifies is restored; damaged newer ones are named and moved to
 `output_dir/damaged/`; a lost state file is rebuilt from the checkpoints present;
 and a run never falls back to step 0 while checkpoints exist unless asked to
 (`start_over`, which moves them to `output_dir/replaced-<time>/`). No checkpoint
-file that this run did not write is overwritten.
+file that this run did not write is overwritten. The `ckpt-<step>_temp/` left by
+a killed save is removed on start; a save that fails (a full disk) removes what
+it wrote and raises `errors.StorageError`. Experiment takes no lock: the trainer
+CLI holds `run_lock.RunLock` on `output_dir` around it.
 
 Training stops at `train_steps`, after `train_seconds` of training wall time
 (a resumed run gets a fresh budget) or on a stop request (SIGTERM, Ctrl-C);
@@ -174,10 +177,10 @@ class Experiment:
         path = self.manager.save(checkpoint_number=step)
     except Exception as e:  # pylint: disable=broad-except
       self._manager = None  # its list may name the checkpoint just removed
-      reason = checkpoints.storage_failure(e)
-      if reason is None:
+      storage = errors.storage_failure(e)
+      if storage is None:
         raise
-      raise errors.StorageError(self._no_space_message(prefix, reason)) from None
+      raise errors.StorageError(self._no_space_message(prefix, storage[0])) from None
     self._written.add(path)
     if self.is_chief:
       self.log(f"Saved {path}.")

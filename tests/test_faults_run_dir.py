@@ -295,6 +295,24 @@ def test_a_full_disk_at_any_moment_of_a_save_leaves_no_partial_checkpoint(tiny, 
   checkpoints.verify_checkpoint(os.path.join(output_dir, "ckpt-2"), full_read=True)
 
 
+def test_a_summary_write_on_a_full_disk_is_a_storage_failure(small_tmpfs):
+  # TensorFlow raises an OpError, not an OSError: run_cli must still print one line, exit 4.
+  writer = tf.summary.create_file_writer(os.path.join(small_tmpfs, "logs"))
+  stat = os.statvfs(small_tmpfs)
+  with open(os.path.join(small_tmpfs, "filler"), "wb") as f:
+    f.write(b"\0" * (stat.f_bavail * stat.f_frsize))
+  with pytest.raises(tf.errors.OpError) as raised:
+    with writer.as_default(step=0):
+      for step in range(1000):
+        tf.summary.scalar("loss", 1.0, step=step)
+    writer.flush()
+  [events] = tf.io.gfile.glob(os.path.join(small_tmpfs, "logs", "events.out.tfevents.*"))
+  assert errors.storage_failure(raised.value) == ("No space left on device", events)
+  assert errors.storage_failure(tf.errors.NotFoundError(None, None, "x; No such file")) is None
+  os.remove(os.path.join(small_tmpfs, "filler"))
+  writer.close()
+
+
 # -- A killed save ----------------------------------------------------------------------------
 
 def test_the_temp_dir_of_a_killed_save_is_removed_on_resume(tiny, tmp_path):

@@ -229,9 +229,11 @@ def run_cli(main) -> None:
         _exit_with_error(str(e))
       if isinstance(e, errors.RunError):
         _exit_with_error(str(e), e.exit_status)
-      if errors.is_storage_error(e):
-        where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
-        _exit_with_error(f"no space left{where} ({e.strerror}); free some space and run the "
+      storage = errors.storage_failure(e)  # an OSError, or TensorFlow's on a full disk
+      if storage:
+        why, path = storage
+        where = f" writing {path}" if path else ""
+        _exit_with_error(f"no space left{where} ({why}); free some space and run the "
                          "same command again: nothing written before is lost.",
                          errors.STORAGE_STATUS)
       raise
