@@ -23,16 +23,20 @@ the file. Here:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 import re
 import struct
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import tensor_bundle_pb2, trackable_object_graph_pb2
+
+from data_gen import file_io
 
 FULL_READ_BYTES = 256 << 20  # read (and CRC-check) every tensor up to this data size
 _TABLE_MAGIC = 0xDB4775248B80FB57
@@ -40,6 +44,7 @@ _FOOTER_BYTES = 48
 _BLOCK_TRAILER_BYTES = 5
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _CKPT_RE = re.compile(r"^(?P<prefix>.*-(?P<step>\d+))\.(index|data-\d{5}-of-\d{5})$")
+_TEMP_RE = re.compile(r"^.+-\d+_temp$")  # where tf.train.Checkpoint writes a save's shards
 
 
 class CheckpointError(ValueError):
@@ -172,14 +177,15 @@ def find_checkpoints(directory: str) -> List[str]:
 
   The union of those named by the `checkpoint` state file (if readable) and of
   those with any file present, so that neither a lost state file nor a lost
-  index hides a checkpoint.
+  index hides a checkpoint. Each prefix is `os.path.join(directory, name)`, so
+  it is relative when `directory` is; a state file entry naming a file outside
+  `directory` is ignored.
   """
   prefixes = set()
   state = read_state(directory)
   if state is not None:
-    prefixes.update(_absolute(directory, p) for p in state.all_model_checkpoint_paths)
-    if state.model_checkpoint_path:
-      prefixes.add(_absolute(directory, state.model_checkpoint_path))
+    named = list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]
+    prefixes.update(p for p in named if _in_directory(directory, p))
   for path in tf.io.gfile.glob(os.path.join(directory, "*-*.*")):
     match = _CKPT_RE.match(path)
     if match:
@@ -189,7 +195,13 @@ def find_checkpoints(directory: str) -> List[str]:
 
 
 def read_state(directory: str):
-  """The `checkpoint` state proto of `directory`, or None if absent, empty or garbled."""
+  """The `checkpoint` state proto of `directory`, or None if absent, empty or garbled.
+
+  Its paths are as `tf.train.get_checkpoint_state` gives them: an entry relative
+  to the state file is joined to `directory` (so `run/ckpt-4` for `directory`
+  `run`), as `find_checkpoints` and `tf.train.CheckpointManager` name them; no
+  further joining is needed.
+  """
   if not tf.io.gfile.exists(os.path.join(directory, "checkpoint")):
     return None
   try:
@@ -226,14 +238,19 @@ def describe(damaged: List[Candidate]) -> str:
 def write_state(directory: str, prefixes: List[str]) -> None:
   """Rewrites the `checkpoint` state file to list `prefixes` (oldest first).
 
-  With their files' times, as CheckpointManager writes them: without times it
-  would treat them as preserved forever and drop them from the list it keeps.
+  `prefixes` are named as `find_checkpoints` names them. The file gets what
+  `tf.train.CheckpointManager` writes: entries relative to `directory`
+  (`ckpt-4`) and their files' times (without times the manager would treat them
+  as preserved forever and drop them from the list it keeps).
   """
-  relative = [os.path.relpath(p, directory) if not _is_remote(p) else p for p in prefixes]
+  # TF's writer keeps the paths it is given under an absolute `directory`, and makes
+  # them relative itself under any other (relative or remote) one.
+  entries = ([os.path.relpath(p, directory) for p in prefixes] if os.path.isabs(directory)
+             else list(prefixes))
   times = [max(tf.io.gfile.stat(f).mtime_nsec / 1e9 for f in checkpoint_files(p))
            for p in prefixes]
   tf.compat.v1.train.update_checkpoint_state(
-      directory, relative[-1], all_model_checkpoint_paths=relative,
+      directory, entries[-1], all_model_checkpoint_paths=entries,
       all_model_checkpoint_timestamps=times, last_preserved_timestamp=min(times) - 1)
 
 
@@ -259,7 +276,7 @@ def repair(directory: str, latest: str, damaged: List[Candidate],
         f"to {os.path.join(directory, 'damaged')}; training continues from "
         f"{os.path.basename(latest)}.")
   state = read_state(directory)
-  named = state and _absolute(directory, state.model_checkpoint_path)
+  named = state and state.model_checkpoint_path
   if damaged or named != latest:
     present = [p for p in find_checkpoints(directory)[::-1]
                if checkpoint_step(p) <= checkpoint_step(latest)]
@@ -283,6 +300,50 @@ def set_aside_all(directory: str, log: Callable[[str], None]) -> None:
     tf.io.gfile.rename(state, os.path.join(target, "checkpoint"), overwrite=True)
   log(f"--start_over: moved {len(found)} existing checkpoint(s) to {target}; training starts "
       "from step 0.")
+
+
+def remove_temp_dirs(directory: str) -> List[str]:
+  """Removes the `ckpt-<step>_temp/` directories of interrupted saves; returns their names.
+
+  `tf.train.Checkpoint` writes a checkpoint's shards into `<prefix>_temp/` and
+  then renames them into place; a save killed in between leaves the directory,
+  which nothing in TF removes. Only the one process writing `directory` may call this.
+  """
+  found = sorted(p for p in tf.io.gfile.glob(os.path.join(directory, "*-*_temp"))
+                 if _TEMP_RE.match(os.path.basename(p)) and tf.io.gfile.isdir(p))
+  for path in found:
+    tf.io.gfile.rmtree(path)
+  return [os.path.basename(p) for p in found]
+
+
+@contextlib.contextmanager
+def undo_failed_save(prefix: str) -> Iterator[None]:
+  """Around the save of checkpoint `prefix`: on an exception, removes what the save wrote.
+
+  That is every file of `prefix` (a save that fails while TF renames its shards
+  into place leaves some under their final names), its `<prefix>_temp/`
+  directory, and a change to the `checkpoint` state file, which gets its old
+  content back (or goes, if there was none). The exception propagates; a failure
+  of this clean-up (say, the disk still full) does not hide it.
+  """
+  state_file = os.path.join(os.path.dirname(prefix), "checkpoint")
+  before = _read_bytes(state_file)
+  try:
+    yield
+  except BaseException:
+    try:
+      file_io.remove_quietly(checkpoint_files(prefix))
+      if tf.io.gfile.isdir(prefix + "_temp"):
+        tf.io.gfile.rmtree(prefix + "_temp")
+      if _read_bytes(state_file) != before:
+        if before is None:
+          file_io.remove_quietly([state_file])
+        else:
+          with file_io.atomic_open(state_file, "wb") as f:
+            f.write(before)
+    except (OSError, tf.errors.OpError) as e:
+      logging.warning("could not undo the failed save of %s: %s", prefix, e)
+    raise
 
 
 # -- TF's table format (tensorflow/core/lib/io/table*), uncompressed as written by BundleWriter --
@@ -350,8 +411,18 @@ def _varint(data: bytes, pos: int) -> Tuple[int, int]:
     shift += 7
 
 
-def _absolute(directory: str, path: str) -> str:
-  return path if os.path.isabs(path) or _is_remote(path) else os.path.join(directory, path)
+def _in_directory(directory: str, path: str) -> bool:
+  """Whether `path` names a file directly in `directory` (both as the caller spells them)."""
+  if _is_remote(path) or _is_remote(directory):
+    return os.path.dirname(path).rstrip("/") == directory.rstrip("/")
+  return os.path.dirname(os.path.abspath(path)) == os.path.abspath(directory)
+
+
+def _read_bytes(path: str) -> Optional[bytes]:
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path, "rb") as f:
+    return f.read()
 
 
 def _is_remote(path: str) -> bool:

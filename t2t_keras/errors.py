@@ -15,6 +15,9 @@ This module imports nothing heavy: the commands load it before TensorFlow.
 """
 
 import errno
+import os
+import re
+from typing import Optional, Tuple
 
 USAGE_STATUS = 2
 DIVERGENCE_STATUS = 3
@@ -43,3 +46,24 @@ class StorageError(RunError):
 def is_storage_error(error: BaseException) -> bool:
   """True for an OSError that means the disk (or a quota or size limit) is full."""
   return isinstance(error, OSError) and error.errno in STORAGE_ERRNOS
+
+
+def storage_failure(error: BaseException) -> Optional[Tuple[str, Optional[str]]]:
+  """(why, file) when `error` is a write that failed for lack of space, else None.
+
+  `why` is the system's text ("No space left on device", "File too large", ...).
+  Also for TensorFlow's errors (a checkpoint save or a summary write on a full disk
+  raises an OpError such as ResourceExhaustedError whose message ends in
+  "<file>; <why>"), recognized by that text; TensorFlow is not imported here.
+  """
+  if is_storage_error(error):
+    return error.strerror or os.strerror(error.errno), error.filename
+  if not type(error).__module__.startswith("tensorflow."):
+    return None
+  message = str(getattr(error, "message", "") or "")
+  for number in sorted(STORAGE_ERRNOS):
+    why = os.strerror(number)
+    if why in message:
+      found = re.search(r"(\S+); " + re.escape(why), message)
+      return why, found.group(1) if found else None
+  return None

@@ -12,7 +12,10 @@ that verifies is restored; damaged newer ones are named and moved to
 `output_dir/damaged/`; a lost state file is rebuilt from the checkpoints present;
 and a run never falls back to step 0 while checkpoints exist unless asked to
 (`start_over`, which moves them to `output_dir/replaced-<time>/`). No checkpoint
-file that this run did not write is overwritten.
+file that this run did not write is overwritten. The `ckpt-<step>_temp/` left by
+a killed save is removed on start; a save that fails (a full disk) removes what
+it wrote and raises `errors.StorageError`. Experiment takes no lock: the trainer
+CLI holds `run_lock.RunLock` on `output_dir` around it.
 
 Training stops with `errors.DivergenceError` (exit status 3) at the first step
 whose loss or gradient norm is not finite (under float16 loss scaling, whose
@@ -37,7 +40,7 @@ from typing import Callable, Dict, Optional
 
 import tensorflow as tf
 
-from t2t_keras import checkpoints
+from t2t_keras import checkpoints, errors
 from t2t_keras import inputs as inputs_lib
 from t2t_keras import run_dir, training
 from t2t_keras.training import Trainer
@@ -140,6 +143,8 @@ class Experiment:
         not `start_over`), naming each damaged file.
     """
     directory = self.config.output_dir
+    if repair and self.is_chief:
+      self._remove_temp_dirs()
     if repair and self.config.start_over:
       if self.is_chief:
         checkpoints.set_aside_all(directory, self.log)
@@ -164,20 +169,48 @@ class Experiment:
     return self.trainer.step
 
   def save(self) -> None:
+    """Saves a checkpoint of the current step.
+
+    Raises:
+      errors.StorageError: the disk filled up (or a file size limit was hit)
+        during the save; the files it wrote are removed and the `checkpoint`
+        state file still names the previous checkpoint.
+    """
     step = self.trainer.step
+    prefix = os.path.join(self.ckpt_dir, f"ckpt-{step}")
     if self.is_chief:
-      prefix = os.path.join(self.ckpt_dir, f"ckpt-{step}")
       if prefix not in self._written and checkpoints.checkpoint_files(prefix):
         target = os.path.join(self.config.output_dir, "superseded")
         checkpoints.move_aside(prefix, target)
         self.log(f"WARNING: {prefix} exists but was not written by this run; moved its "
                  f"files to {target} before saving step {step}.")
-    path = self.manager.save(checkpoint_number=step)
+    try:
+      with checkpoints.undo_failed_save(prefix):
+        path = self.manager.save(checkpoint_number=step)
+    except Exception as e:  # pylint: disable=broad-except
+      self._manager = None  # its list may name the checkpoint just removed
+      storage = errors.storage_failure(e)
+      if storage is None:
+        raise
+      raise errors.StorageError(self._no_space_message(prefix, storage[0])) from None
     self._written.add(path)
     if self.is_chief:
       self.log(f"Saved {path}.")
     else:  # Workers must take part in saving, but keep nothing.
       tf.io.gfile.rmtree(os.path.dirname(path))
+
+  def _no_space_message(self, prefix: str, reason: str) -> str:
+    state = checkpoints.read_state(self.ckpt_dir)
+    resume = (f"training resumes from {state.model_checkpoint_path}, the last good "
+              "checkpoint" if state else "no checkpoint was saved yet: training starts at step 0")
+    return (f"saving {prefix} failed: {reason}; its partial files were removed. Free some "
+            f"space in {self.ckpt_dir} and run the same command again: {resume}.")
+
+  def _remove_temp_dirs(self) -> None:
+    removed = checkpoints.remove_temp_dirs(self.ckpt_dir)
+    if removed:
+      self.log(f"Removed {', '.join(removed)} from {self.ckpt_dir}: the temporary "
+               "directory of a save that was killed (its checkpoint was never complete).")
 
   # -- Data --------------------------------------------------------------------
 

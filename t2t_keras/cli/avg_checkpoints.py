@@ -26,6 +26,7 @@ common_flags.define_once("string", "data_dir", None,
 
 def main(argv):
   del argv
+  common_flags.resolve_path_flags("prefix", "output_dir", "output_path")
   import tensorflow as tf
 
   from t2t_keras import avg_checkpoints, run_dir

@@ -174,6 +174,20 @@ def load_trained_run():
   return model, hparams, problem, encoders
 
 
+def resolve_path_flags(*names: str) -> None:
+  """Makes each of these flags, when set, an absolute local path, once, at the start.
+
+  `~` is expanded; a remote path (`gs://bucket/run`) is left as it is. Every
+  later use (checkpoint paths, messages, the state file) then sees one spelling
+  of each directory, whatever the working directory.
+  """
+  import os
+  for name in names:
+    value = getattr(flags.FLAGS, name)
+    if value and "://" not in value:
+      setattr(flags.FLAGS, name, os.path.abspath(os.path.expanduser(value)))
+
+
 def check_output_file(flag: str, path: str) -> None:
   """Refuses, before any work, an output file path that cannot be written.
 
@@ -217,9 +231,11 @@ def run_cli(main) -> None:
         _exit_with_error(str(e))
       if isinstance(e, errors.RunError):
         _exit_with_error(str(e), e.exit_status)
-      if errors.is_storage_error(e):
-        where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
-        _exit_with_error(f"no space left{where} ({e.strerror}); free some space and run the "
+      storage = errors.storage_failure(e)  # an OSError, or TensorFlow's on a full disk
+      if storage:
+        why, path = storage
+        where = f" writing {path}" if path else ""
+        _exit_with_error(f"no space left{where} ({why}); free some space and run the "
                          "same command again: nothing written before is lost.",
                          errors.STORAGE_STATUS)
       raise

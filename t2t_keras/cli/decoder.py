@@ -45,6 +45,7 @@ flags.DEFINE_bool("decode_jit_compile", None,
 
 def main(argv):
   del argv
+  common_flags.resolve_path_flags("data_dir", "output_dir", "checkpoint_path")
   from t2t_keras.hparams import create_decode_hparams
   try:  # settings, paths and input files are checked before the model loads
     # T2T's sampling settings may come in --hparams too (sampling_method=random).

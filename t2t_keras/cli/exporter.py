@@ -26,6 +26,7 @@ flags.DEFINE_string("export_dir", None, "Model base path (default: <output_dir>/
 
 def main(argv):
   del argv
+  common_flags.resolve_path_flags("data_dir", "output_dir", "checkpoint_path")
   from t2t_keras import export
   from t2t_keras.hparams import create_decode_hparams
   # decode_hparams are baked into the graph, e.g. 'beam_size=4,alpha=0.6,return_beams=true'.

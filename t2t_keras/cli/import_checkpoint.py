@@ -42,6 +42,7 @@ _define("integer", "target_space_id", None, "Row of T2T's target_space_embedding
 
 def main(argv):
   del argv
+  common_flags.resolve_path_flags("t2t_output_dir", "output_dir", "data_dir", "checkpoint_path")
   for name in ("t2t_output_dir", "output_dir"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")

@@ -10,6 +10,7 @@ the same command again resumes from the last checkpoint in --output_dir.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -28,15 +29,19 @@ common_flags.define_experiment_flags([name for name in common_flags.EXPERIMENT_F
 
 flags.DEFINE_integer("log_every_steps", 100, "Progress line every N steps (or 30 s).")
 
+_TRAINING_SCHEDULES = ("train", "train_and_evaluate", "continuous_train_and_eval")
+
 
 def main(argv):
   del argv
   # From here on SIGTERM and Ctrl-C stop the command at any stage (stopping.py).
   with stopping.StopSignals() as signals:
-    _train(signals)
+    _check_and_train(signals)
 
 
-def _train(signals: stopping.StopSignals):
+def _check_and_train(signals: stopping.StopSignals):
+  """Checks every flag and input before anything is written, then trains under the lock."""
+  common_flags.resolve_path_flags("data_dir", "output_dir")
   for name in ("problem", "data_dir", "output_dir", "hparams_set"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
@@ -45,7 +50,6 @@ def _train(signals: stopping.StopSignals):
   if FLAGS.decode_from_file:  # BLEU in evaluation: its files are checked now, not at step N
     _check_bleu_files()
   import keras
-  import tensorflow as tf
 
   from data_gen import registry
   from t2t_keras import experiment, run_dir, training
@@ -82,6 +86,29 @@ def _train(signals: stopping.StopSignals):
                            "--decode_reference=FILE instead.")
   except ValueError as e:
     raise app.UsageError(str(e)) from None
+  with _run_dir_lock(strategy):  # before anything is written to --output_dir
+    _train(strategy, hparams, config, decode_hp, problem, encoders, vocab, signals)
+
+
+def _run_dir_lock(strategy):
+  """--output_dir's lock (run_lock.py) when this process trains as the chief, else a no-op.
+
+  Workers of a multi-worker job write only their tmp_worker_N; evaluation alone
+  writes no checkpoint.
+  """
+  from t2t_keras import experiment, run_lock
+  chief = experiment._is_chief(strategy)  # pylint: disable=protected-access
+  if FLAGS.schedule not in _TRAINING_SCHEDULES or not chief:
+    return contextlib.nullcontext()
+  return run_lock.RunLock(FLAGS.output_dir, log=lambda line: print(line, flush=True))
+
+
+def _train(strategy, hparams, config, decode_hp, problem, encoders, vocab, signals):
+  """Builds the Trainer, saves or checks the run files and runs --schedule."""
+  import keras
+  import tensorflow as tf
+
+  from t2t_keras import experiment, run_dir, training
   spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
                            problem.target_space_id)
   trainer = training.Trainer(hparams, spec, strategy, FLAGS.train_steps, FLAGS.jit_compile)

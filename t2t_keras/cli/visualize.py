@@ -89,6 +89,7 @@ def _attention_pictures(hparams, problem_name: str, plot_dir: str) -> list:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  common_flags.resolve_path_flags("output_dir", "data_dir", "checkpoint_path")
   if not FLAGS.output_dir:
     raise app.UsageError("--output_dir is required.")
   if FLAGS.sentence is None and not FLAGS.curves:
