@@ -359,10 +359,15 @@ def _restore(model, path: str, output_dir: str) -> None:
         .assert_existing_objects_matched()
   except ValueError as e:
     _silence_unrestored_warnings(e)
-    match = re.search(r"incompatible tensor with shape (\S+) when attempting to restore "
-                      r"variable with shape (\S+) and name (\S+?)(?::0)?\.", str(e))
+    # Shapes print with spaces: "(76, 16)".
+    match = re.search(r"incompatible tensor with shape (\(.*?\)) when attempting to restore "
+                      r"variable with shape (\(.*?\)) and name (\S+?)(?::0)?\.", str(e))
     if match is None:
-      raise
+      if "incompatible" not in str(e):
+        raise
+      raise checkpoints.CheckpointError(
+          f"Checkpoint {path} holds another model ({' '.join(str(e).split())[:300]}); "
+          f"{fix}") from None
     raise checkpoints.CheckpointError(
         f"Checkpoint {path} holds another model: variable {match.group(3)} has shape "
         f"{match.group(1)} there but {match.group(2)} in this run's model; {fix}") from None

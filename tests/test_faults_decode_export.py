@@ -22,7 +22,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the TF-Text ops the SavedModel uses)
 
-from t2t_keras import decode_text, decoding, errors, export, run_dir
+from t2t_keras import checkpoints, decode_text, decoding, errors, export, run_dir
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from tests import stub_decoding
 from tests.tiny_problem import make_tiny_problem
@@ -336,3 +336,17 @@ def test_full_tmpfs_while_exporting_and_decoding(run, small_tmpfs, tmp_path, cap
   _one_line(status, err, 4, f"no space left writing --decode_to_file={out} (No space left",
             loaded=True)
   assert os.listdir(small_tmpfs) == ["export"]
+
+
+def test_checkpoint_of_another_vocabulary_names_the_matrix_and_both_shapes(run, tmp_path):
+  """A 2-D mismatch (shapes print with a space) is named as well: only the shared
+  embedding differs between a model of vocab V and one of V + 4."""
+  spec = run_dir.load_run_files(run["dir"])[2]
+  wider = run_dir.ModelSpec(spec.input_vocab_size + 4, spec.target_vocab_size + 4, 0)
+  prefix = tf.train.Checkpoint(model=run_dir.build_model(run["hp"], wider)).write(
+      str(tmp_path / "wider"))
+  with pytest.raises(checkpoints.CheckpointError) as e:
+    run_dir.load_trained_model(run["dir"], prefix)
+  depth = run["hp"].hidden_size
+  assert (f"has shape ({spec.target_vocab_size + 4}, {depth}) there but "
+          f"({spec.target_vocab_size}, {depth}) in this run's model") in str(e.value)
