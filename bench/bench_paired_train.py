@@ -16,15 +16,19 @@ Both train transformer_base dimensions on 64 x 32 tokens a side, vocabulary
 Each pair times Model Garden then ours, or ours then Model Garden (alternating),
 and gives one ratio per configuration. The summary is the median of the pair
 ratios with a distribution-free confidence interval (order statistics of the
-binomial), and a verdict against the issue's target: "met" when the whole
+binomial), and a verdict against the target: "met" when the whole
 interval is at or above it, "not met" when it is below, else "undecided".
 
 Targets: float32 1.15x; mixed bfloat16 2x on a CPU with native
 bfloat16, 3x with AMX; no bfloat16 target without native bfloat16.
 
-  python3 -m venv ../mg-venv && ../mg-venv/bin/pip install tf-models-official==2.20.0
-  .venv/bin/python bench/bench_paired_train.py --mg_python=../mg-venv/bin/python
-  .venv/bin/python bench/bench_paired_train.py --mg_python=../mg-venv/bin/python \
+Model Garden's virtualenv and anchor scripts are set up as in
+`bench_vs_model_garden.py` (PATH/TO/ stands for wherever you keep them; only
+`anchor_model_garden.py` is needed here):
+
+  export T2T_KERAS_ANCHORS=PATH/TO/anchors
+  .venv/bin/python bench/bench_paired_train.py --mg_python=PATH/TO/mg-venv/bin/python
+  .venv/bin/python bench/bench_paired_train.py --mg_python=PATH/TO/mg-venv/bin/python \
       --pairs=30 --configs=float32:eager
 
 Sittings of the same library code on the same CPU can be pooled: each writes its
@@ -32,7 +36,7 @@ pair ratios with `--ratios_out=FILE` (with the CPU and the git tree of
 `t2t_keras/`), and `--pool=FILE,FILE,...` prints the summary over all their pairs
 without timing anything; files from another CPU or other library code are refused.
 
-  .venv/bin/python bench/bench_paired_train.py --mg_python=../mg-venv/bin/python \
+  .venv/bin/python bench/bench_paired_train.py --mg_python=PATH/TO/mg-venv/bin/python \
       --pairs=40 --ratios_out=work/paired1.json
   .venv/bin/python bench/bench_paired_train.py --pool=work/paired1.json,work/paired2.json
 """
@@ -62,8 +66,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   p.add_argument("--mg_python",
                  help="python of the Model Garden virtualenv (tf-models-official 2.20); "
                       "required unless --pool")
-  p.add_argument("--anchors", default=bench_vs_model_garden.DEFAULT_ANCHORS,
-                 help="folder of the anchor scripts")
+  p.add_argument("--anchors", default=os.environ.get(bench_vs_model_garden.ANCHORS_ENV, ""),
+                 help="folder of Model Garden's anchor_model_garden.py (default: "
+                      f"${bench_vs_model_garden.ANCHORS_ENV})")
   p.add_argument("--configs", default="float32:eager,bfloat16:eager",
                  help=f"ours, among {bench_train.CONFIGS} ('eager': graph without XLA)")
   p.add_argument("--pairs", type=int, default=20, help="paired timings (at least 6)")
@@ -88,9 +93,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   if args.steps < 1:
     raise ValueError(f"--steps must be >= 1, got {args.steps}.")
   median_interval([1.0] * args.pairs, args.confidence)  # too few pairs fail here, not later
+  bench_vs_model_garden.check_anchors(args.anchors, ("anchor_model_garden.py",))
   args.anchor = os.path.join(args.anchors, "anchor_model_garden.py")
-  if not os.path.isfile(args.anchor):
-    raise ValueError(f"--anchors={args.anchors} has no anchor_model_garden.py.")
   if not args.mg_python or not os.access(args.mg_python, os.X_OK):
     raise ValueError(f"--mg_python={args.mg_python} is not an executable; see the set-up "
                      "in this script's docstring.")

@@ -32,16 +32,20 @@ For training on a noisy machine, `bench_paired_train.py` is the finer tool: it k
 both sides alive and alternates them every few steps, with an interval for the median
 ratio.
 
-Model Garden runs in its own virtualenv (it pins TensorFlow 2.20); set it up
-once as ../shared/anchors/README.md says:
+Model Garden runs in its own virtualenv (it pins TensorFlow 2.20), through two
+anchor scripts kept outside this repository: `anchor_model_garden.py` (its training
+step) and `anchor_model_garden_decode.py` (its beam-4 decode). Pass their folder as
+`--anchors` or in $T2T_KERAS_ANCHORS. Set-up once, then runs (PATH/TO/ stands for
+wherever you keep them):
 
-  python3 -m venv ../mg-venv && ../mg-venv/bin/pip install tf-models-official==2.20.0
-  .venv/bin/python bench/bench_vs_model_garden.py --mg_python=../mg-venv/bin/python
-  .venv/bin/python bench/bench_vs_model_garden.py --mg_python=../mg-venv/bin/python \
+  python3 -m venv PATH/TO/mg-venv && PATH/TO/mg-venv/bin/pip install tf-models-official==2.20.0
+  export T2T_KERAS_ANCHORS=PATH/TO/anchors
+  .venv/bin/python bench/bench_vs_model_garden.py --mg_python=PATH/TO/mg-venv/bin/python
+  .venv/bin/python bench/bench_vs_model_garden.py --mg_python=PATH/TO/mg-venv/bin/python \
       --what=decode --rounds=3 --decode_modes=float32:beam:cached:xla
-  git worktree add ../before <commit> && make -C ../before install
-  .venv/bin/python bench/bench_vs_model_garden.py --mg_python=../mg-venv/bin/python \
-      --before_repo=../before
+  git worktree add PATH/TO/before <commit> && make -C PATH/TO/before install
+  .venv/bin/python bench/bench_vs_model_garden.py --mg_python=PATH/TO/mg-venv/bin/python \
+      --before_repo=PATH/TO/before
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ sys.path.insert(0, REPO)
 
 from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 
-DEFAULT_ANCHORS = os.path.join(os.path.dirname(REPO), "shared", "anchors")
+ANCHORS_ENV = "T2T_KERAS_ANCHORS"
+ANCHOR_SCRIPTS = ("anchor_model_garden.py", "anchor_model_garden_decode.py")
 TRAIN_CONFIGS = ("float32:eager", "float32:xla", "bfloat16:eager", "bfloat16:xla")
 DECODE_MODES = ("float32:beam:cached:xla", "float32:beam:cached:graph",
                 "bfloat16:beam:cached:xla", "bfloat16:beam:cached:graph")
@@ -74,7 +79,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--mg_python", required=True,
                  help="python of the Model Garden virtualenv (tf-models-official 2.20)")
-  p.add_argument("--anchors", default=DEFAULT_ANCHORS, help="folder of the anchor scripts")
+  p.add_argument("--anchors", default=os.environ.get(ANCHORS_ENV, ""),
+                 help=f"folder of Model Garden's anchor scripts {ANCHOR_SCRIPTS} "
+                      f"(default: ${ANCHORS_ENV})")
   p.add_argument("--what", default="train,decode", help="comma list of train|decode")
   p.add_argument("--rounds", type=int, default=2, help="interleaved rounds (A B A B)")
   p.add_argument("--train_configs", default=",".join(TRAIN_CONFIGS),
@@ -101,9 +108,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   for mode in args.decode_modes:
     if len(mode.split(":")) != 4 or mode.split(":")[0] not in ("float32", "bfloat16"):
       raise ValueError(f"--decode_modes entries are dtype:search:cache:compile, got {mode!r}.")
-  for script in ("anchor_model_garden.py", "anchor_model_garden_decode.py"):
-    if not os.path.isfile(os.path.join(args.anchors, script)):
-      raise ValueError(f"--anchors={args.anchors} has no {script}.")
+  check_anchors(args.anchors, ANCHOR_SCRIPTS)
   if not os.access(args.mg_python, os.X_OK):
     raise ValueError(f"--mg_python={args.mg_python} is not an executable; see the set-up "
                      "in this script's docstring.")
@@ -113,6 +118,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
       raise ValueError(f"--before_repo={args.before_repo} has no .venv/bin/python; run "
                        f"`make -C {args.before_repo} install` first.")
   return args
+
+
+def check_anchors(folder: str, scripts: Sequence[str]) -> None:
+  """Raises ValueError unless `folder` (--anchors or $T2T_KERAS_ANCHORS) holds `scripts`."""
+  if not folder:
+    raise ValueError(f"--anchors is required (or set {ANCHORS_ENV}): the folder holding "
+                     f"Model Garden's anchor scripts {', '.join(scripts)}.")
+  for script in scripts:
+    if not os.path.isfile(os.path.join(folder, script)):
+      raise ValueError(f"--anchors={folder} has no {script}.")
 
 
 def _run(cmd: List[str], cwd: str = REPO, env: Optional[Dict[str, str]] = None) -> str:

@@ -1,7 +1,7 @@
 """Model Garden's training anchor kept alive, timing steps on request (bench_paired_train.py).
 
 Runs with the Model Garden virtualenv's python, not ours: it imports nothing of
-this project. It executes `anchor_model_garden.py` (../shared/anchors) up to its
+this project. It executes `anchor_model_garden.py` (see bench_vs_model_garden.py) up to its
 warm-up line, so the model, optimizer, batch and step function are the anchor's
 own, then warms the step up twice and serves one request per stdin line:
 
@@ -11,7 +11,7 @@ own, then warms the step up twice and serves one request per stdin line:
 Its replies start with "@@ " (whatever else the anchor's libraries print is skipped);
 the first is "@@ ready tokens_per_step=<source + target tokens>".
 
-  ../mg-venv/bin/python bench/mg_train_worker.py --anchor=../shared/anchors/anchor_model_garden.py
+  PATH/TO/mg-venv/bin/python bench/mg_train_worker.py --anchor=PATH/TO/anchors/anchor_model_garden.py
 """
 
 import argparse

@@ -2,7 +2,7 @@
 
 T2T's `t2t-bleu` scored detokenized text with mteval-v14's "international"
 tokenization, which its maintainers equate with sacrebleu's `-tok intl`
-(T2T issue #569); `intl` is therefore the default here. Scores are on sacrebleu's
+(tensorflow/tensor2tensor#569); `intl` is therefore the default here. Scores are on sacrebleu's
 0-100 scale, with sacrebleu's signature string (e.g.
 `nrefs:1|case:mixed|eff:no|tok:intl|smooth:exp|version:2.6.0`) so that a
 number can always be traced to its settings.
@@ -97,7 +97,7 @@ def bleu_wrapper(ref_filename: str, hyp_filename: str,
 _ATAT_RE = re.compile(rb"(\S)-(\S)")
 _ASCII_WHITESPACE = " \t\n\r\f\v"
 # Double quotes that T2T's hand-"tweaked" newstest2014 reference had turned
-# into `"` (T2T issue #317); replace-unicode-punctuation.perl leaves `„` alone.
+# into `"` (tensorflow/tensor2tensor#317); replace-unicode-punctuation.perl leaves `„` alone.
 _UNICODE_DOUBLE_QUOTES = "\u201e\u201c\u201d\u201f\u00ab\u00bb"
 
 
@@ -204,7 +204,7 @@ def paper_bleu(hypotheses: Sequence[str], references: Sequence[str],
     language: Moses tokenizer language, the target language ("de" for en-de).
     ascii_reference_quotes: first turn the reference's unicode double quotes
       (`„“”‟«»`) into `"`, approximating the hand-edited newstest2014
-      reference behind T2T's own get_ende_bleu.sh figures (T2T issue #317).
+      reference behind T2T's own get_ende_bleu.sh figures (tensorflow/tensor2tensor#317).
 
   Raises:
     ValueError: unknown `language`, a single string, or different numbers of

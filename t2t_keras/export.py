@@ -126,8 +126,8 @@ class ServingModule(tf.Module):
       if side not in vocab_files or not os.path.exists(vocab_files[side]):
         raise ValueError(f"vocab_files[{side!r}] must name an existing vocab file, got "
                          f"{vocab_files.get(side)!r}.")
-    # Track the model's raw tf.Variables, not the Keras objects: the session-based
-    # loader TF Serving uses restores only these (as Keras' ExportArchive does).
+    # Track the model's raw tf.Variables, not the Keras objects: TF Serving's loader,
+    # which restores into a TF1 Session, restores only these (as Keras' ExportArchive does).
     self.model_variables = [v.value for v in model.variables]
     self._model_fn = lambda: model  # a closure, so the Keras model is not tracked
     self.decode_hp = decode_hp

@@ -15,7 +15,7 @@ import pytest
 from t2t_keras.cli import quiet_logs
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-# What TensorFlow 2.21 prints on a CPU machine when it starts (the list).
+# What TensorFlow 2.21 prints on a CPU machine when it starts (each line seen there).
 START_UP_LINES = ("All log messages before absl::InitializeLog()", "Could not find cuda drivers",
                   "cpu_feature_guard", "cuInit", "oneDNN custom operations")
 # Imports a command's module (as `python -m t2t_keras.cli.avg_checkpoints` does first),

@@ -42,7 +42,7 @@ flags.DEFINE_bool("paper_ascii_reference_quotes", False,
                   "Paper variant: turn the reference's unicode double quotes "
                   "(including the German low quote) into '\"' first, "
                   "approximating the hand-edited newstest2014 reference "
-                  "behind T2T's own figures (T2T issue #317).")
+                  "behind T2T's own figures (tensorflow/tensor2tensor#317).")
 
 _SACREBLEU_CASES = {"cased": [False], "uncased": [True], "both": [False, True],
                     "paper": [], "all": [False, True]}
