@@ -81,7 +81,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
   p.add_argument("--worst_length", type=int, default=24, help="input tokens, EOS included")
   p.add_argument("--vocab_size", type=int, default=32768, help="worst case vocabulary")
   p.add_argument("--hparams_set", default="transformer_base", help="worst case model")
-  p.add_argument("--data_dir", default="/tmp/t2t_data_ende2")
+  p.add_argument("--data_dir", default="work/data",
+                 help="data dir of the default problem (what `make demo` writes)")
   p.add_argument("--output_dir", default="", help="trained run for the test case")
   p.add_argument("--test_hparams_set", default="transformer_small",
                  help="random model of the test case when no --output_dir")

@@ -42,7 +42,7 @@ DEFAULT_FILE_BATCH_SIZE = 32  # T2T: decode_hparams.batch_size=0 means 32 from a
 # a batch (decoding stops each sentence at its own length anyway).
 XLA_LENGTH_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 # The automatic choice (`jit_compile=None`), from measurements on a 2-core Zen 4
-# (README, Benchmarks): XLA only for float32 models of at least
+# (docs/performance.md): XLA only for float32 models of at least
 # AUTO_XLA_MIN_HIDDEN_SIZE decoding at least AUTO_XLA_MIN_LINES lines. A
 # transformer_base batch of 32 decodes about 2 s faster with XLA but each input
 # shape compiles for about 14 s, so XLA pays after roughly 2,000 lines; for

@@ -58,7 +58,7 @@ _EXPERIMENT = {
                         ["none", "bfloat16", "float16"]),
     "jit_compile": ("bool", False,
                     "Compile the train step with XLA. Off by default: on every CPU measured "
-                    "(README, Benchmarks) XLA's train step was slower than the default graph "
+                    "(docs/performance.md) XLA's train step was slower than the default graph "
                     "with oneDNN."),
     # Decoding (the trainer uses them for BLEU in evaluation).
     "decode_hparams": ("string", "", "e.g. 'beam_size=4,alpha=0.6,extra_length=50'."),

@@ -15,7 +15,7 @@ import dataclasses
 from typing import Dict, List, Mapping, Optional, Sequence
 
 # Seconds measured by a fresh-clone `make demo` of transformer_tiny (hidden 128,
-# 2 layers) on the 2-core AVX2 EPYC, quiet machine (README benchmark row):
+# 2 layers) on a 2-core AVX2-only AMD EPYC, quiet machine:
 # test decoding of 968 sentences with beam 4 took 82 s (process start-up, model
 # build and tracing about 15 s of it), export 27 s, pictures 12 s, averaging 9 s.
 DECODE_STARTUP_S = 15.0

@@ -11,7 +11,7 @@ training computes T2T's `layer_norm_compute`,
 in float32 as one XLA function, and its gradient, written in closed form, as a
 second one. On a 2-core Zen 5 this made a `[64, 32, 512]` forward and backward
 2.78 ms instead of 3.95 (float32) and 3.49 instead of 4.20 (mixed bfloat16)
-(`bench/bench_layer_norm.py`); the train-step figures are in the README. Inference keeps Keras' ops: a graph-mode
+(`bench/bench_layer_norm.py`); the train-step figures are in docs/performance.md. Inference keeps Keras' ops: a graph-mode
 decoding step would pay an XLA launch per norm for a handful of rows.
 
 The layer subclasses Keras' `LayerNormalization` (same weights, names and
