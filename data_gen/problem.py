@@ -173,7 +173,7 @@ class Text2TextProblem(Problem):
                           force_get: bool = False) -> Dict[str, Any]:
     """Returns {"inputs": enc, "targets": enc}; builds missing vocab files unless `force_get`."""
     self.vocab_seconds = 0.0
-    reserved = ["<pad>", "<EOS>"] + list(self.additional_reserved_tokens)
+    reserved = text_encoder.RESERVED_TOKENS + list(self.additional_reserved_tokens)
     by_file: Dict[str, Any] = {}
     for side in ("inputs", "targets"):
       filename = self.vocab_filenames[side]

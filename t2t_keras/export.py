@@ -79,7 +79,7 @@ def _truncate_and_add_eos(ids: tf.RaggedTensor, cap: Optional[int]) -> tf.Tensor
     ids = ids[:, :cap]
   ids = tf.cast(ids, tf.int32)
   eos = tf.fill([ids.nrows(), 1], tf.constant(EOS_ID, tf.int32))
-  return tf.concat([ids, eos], axis=1).to_tensor(0)
+  return tf.concat([ids, eos], axis=1).to_tensor(PAD_ID)
 
 
 def _mask_empty(ids: tf.Tensor, scores: tf.Tensor, empty: tf.Tensor):
@@ -180,7 +180,7 @@ class ServingModule(tf.Module):
     serialized = _as_batch(serialized, EXAMPLE_INPUT_KEY)
     parsed = tf.io.parse_example(serialized, {"inputs": tf.io.VarLenFeature(tf.int64)})
     ids = tf.RaggedTensor.from_sparse(parsed["inputs"])
-    ids = tf.ragged.boolean_mask(ids, tf.not_equal(ids, 0))
+    ids = tf.ragged.boolean_mask(ids, tf.not_equal(ids, PAD_ID))
     tokens = _drop_trailing_eos(ids)  # so the cap counts tokens only; EOS is re-added
     empty = tf.equal(tokens.row_lengths(), 0)
     out, scores = self.decode_padded(_truncate_and_add_eos(tokens, self.cap), empty)

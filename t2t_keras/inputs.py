@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
+from data_gen.text_encoder import PAD_ID
 from t2t_keras import errors
 
 TRAIN, EVAL, PREDICT = "train", "eval", "predict"
@@ -296,12 +297,13 @@ def make_dataset(filepattern: str, hparams, mode: str, *, batch_size_multiplier:
   # Unbatched ragged rows arrive as rank-0-ragged specs; make them plain tensors.
   ds = ds.map(lambda ex: {k: tf.identity(v) for k, v in ex.items()},
               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  pad = tf.constant(PAD_ID, tf.int64)
   if getattr(hparams, "use_fixed_batch_size", False):
     # T2T: batch_size then counts examples per replica, no bucketing.
-    ds = ds.padded_batch(hparams.batch_size * batch_size_multiplier)
+    ds = ds.padded_batch(hparams.batch_size * batch_size_multiplier, padding_values=pad)
   else:
     ds = ds.bucket_by_sequence_length(example_length, scheme["boundaries"],
-                                      scheme["batch_sizes"])
+                                      scheme["batch_sizes"], padding_values=pad)
   batch_shuffle = int(getattr(hparams, "batch_shuffle_size", 0) or 0)
   if shuffle and batch_shuffle:
     ds = ds.shuffle(batch_shuffle, seed=seed, reshuffle_each_iteration=True)
