@@ -312,7 +312,7 @@ class Text2TextProblem(Problem):
     present = glob.glob(os.path.join(data_dir, "%s-%s-[0-9]*-of-[0-9]*" % (
         self.name, DatasetSplit.TRAIN)))
     recorded = manifest_lib.recorded_settings(
-        manifest, [p for p in present if not p.endswith(file_io.TMP_SUFFIX)])
+        manifest, [p for p in present if not file_io.is_temporary(p)])
     defaults = {"num_shards": {s["split"]: s["shards"] for s in self.dataset_splits}.get(
         DatasetSplit.TRAIN, 1), "max_cases": None,
                 "random_seed": manifest_lib.DEFAULT_RANDOM_SEED}
@@ -356,6 +356,6 @@ class Text2TextProblem(Problem):
     generator_utils.shuffle_shards(unshuffled, final, random_seed)
     # Shards of an earlier run with another shard count would match filepattern too.
     for path in glob.glob(os.path.join(data_dir, "%s-%s-[0-9]*-of-[0-9]*" % (self.name, split))):
-      if path not in final and not path.endswith(file_io.TMP_SUFFIX):
+      if path not in final and not file_io.is_temporary(path):
         logging.info("removing stale shard %s", path)
         os.remove(path)
