@@ -71,6 +71,9 @@ class Problem:
 
   # Set by `register_problem`; the T2T snake_case name of the class.
   registered_name: Optional[str] = None
+  # How the decoder scores output against the split's reference: "bleu"
+  # (case-sensitive BLEU) or "parsing" (EVALB bracketing F1 against gold trees).
+  scoring: str = "bleu"
 
   @property
   def name(self) -> str:
@@ -214,6 +217,10 @@ class Text2TextProblem(Problem):
     if side not in langs:
       raise ValueError("side must be 'inputs' or 'targets', got %r" % (side,))
     return os.path.join(data_dir, "%s.%s.%s" % (self.name, split, langs[side]))
+
+  def reference_file(self, data_dir: str, split: str) -> str:
+    """What decoded output of a dev/test split is scored against (see `scoring`)."""
+    return self.text_file(data_dir, split, "targets")
 
   def split_text_files(self, data_dir: str, split: str) -> List[str]:
     """Plain-text files datagen writes beside a split's shards (listed in the manifest)."""
