@@ -1,12 +1,14 @@
 """The one atomic file writer and the one text line reader (no TensorFlow import).
 
-Writing: a file is written under a temporary name in its own directory,
-`<path>.<pid>.incomplete`, and renamed over `path` only once it is complete and
-closed; on any error (a full disk included, even when only the final flush
-fails) the temporary file is removed and the old `path`, if any, is unchanged.
-So a reader never sees a half-written file, and a killed writer leaves only a
-`*.incomplete` file that `generator_utils.remove_stale_temporaries` recognizes.
-A new file gets mode `0o666 & ~umask`, as `open()` gives.
+Writing: a file (`atomic_open`, `atomic_path`, `atomic_paths`) or a directory
+(`atomic_directory`) is written under a temporary name beside it, and renamed to
+its final name only once it is complete and closed; on any error (a full disk
+included, even when only the final flush fails) the temporary is removed and
+the old `path`, if any, is unchanged. So a reader never sees a half-written
+file. Every temporary is named by one rule, `temp_path`:
+`<path>.<host>-<pid>.incomplete`. Readers skip such names (`is_temporary`), and
+the leftovers of a killed writer are told from a live writer's by that host and
+pid (`abandoned`). A new file gets mode `0o666 & ~umask`, as `open()` gives.
 
 Reading: UTF-8 text split at a delimiter (default a newline, where `\\r\\n`
 counts as one terminator); only the terminator is removed, and a final
@@ -20,18 +22,101 @@ imported only then; there the rename is as atomic as the file system makes it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
-from typing import IO, Iterable, Iterator
+import re
+import shutil
+import socket
+import time
+from typing import IO, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 # Suffix of files being written; never matched by a shard file pattern.
 TMP_SUFFIX = ".incomplete"
 _CHUNK_BYTES = 1 << 20
+# `<path>.<host>-<pid>.incomplete`, or `<path>.<pid>.incomplete` (older versions).
+# The host has no "." (see `_host`), so the match starts at the right dot.
+_OWNED = re.compile(r"\.(?:([^./]+)-)?([0-9]+)%s$" % re.escape(TMP_SUFFIX))
+# Temporary names older versions wrote (export and import directories, vocabs).
+_OLD_EXPORT = re.compile(r"\.tmp-export-(?:(.+)-)?([0-9]+)")
+_OLD_IMPORT = re.compile(r".+\.tmp-import-([0-9]+)")
+_OLD_ORPHANS = re.compile(r"\.tmp_vocab_.*|.*%s" % re.escape(TMP_SUFFIX))
+# What readers skip: the names above, and any other temp-looking name.
+_TEMPORARY = re.compile(r"(%s|\.tmp[-_][^/]*)$|^\.tmp" % re.escape(TMP_SUFFIX))
+
+
+def _host() -> str:
+  """This host's name as temporary names hold it (dots made "_": see `_OWNED`)."""
+  return socket.gethostname().replace(".", "_").replace("/", "_") or "localhost"
 
 
 def temp_path(path: str) -> str:
-  """`<path>.<pid>.incomplete`: where this process writes `path` before renaming it."""
-  return "%s.%d%s" % (path, os.getpid(), TMP_SUFFIX)
+  """`<path>.<host>-<pid>.incomplete`: where this process writes `path` before renaming it."""
+  return "%s.%s-%d%s" % (path, _host(), os.getpid(), TMP_SUFFIX)
+
+
+def is_temporary(path: str) -> bool:
+  """True for a name that a writer has not finished (`temp_path`'s, or an older
+  version's temporary): readers never take it for data."""
+  return bool(_TEMPORARY.search(os.path.basename(path)))
+
+
+def _owner(name: str) -> Optional[Tuple[Optional[str], int]]:
+  """(host or None, pid) that a temporary `name` records, else None."""
+  for pattern in (_OWNED, _OLD_EXPORT):
+    match = pattern.search(name) if pattern is _OWNED else pattern.fullmatch(name)
+    if match:
+      return match.group(1), int(match.group(2))
+  match = _OLD_IMPORT.fullmatch(name)
+  return (None, int(match.group(1))) if match else None
+
+
+def _process_running(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True  # someone else's process
+  return True
+
+
+def abandoned(path: str, max_age_secs: float) -> bool:
+  """True for a local temporary whose writer is gone, so that it can be removed.
+
+  That is a temporary name (`temp_path`'s, or an older version's) that was last
+  modified over `max_age_secs` ago, or that names this host (or no host) and a
+  process id that is not running, or this process (which is not writing it
+  while it cleans up). A name with no owner is abandoned only if an older
+  version wrote it (`*.incomplete`, `.tmp_vocab_*`); other names never are.
+  """
+  name = os.path.basename(path)
+  owner = _owner(name)
+  if owner is None:
+    return bool(_OLD_ORPHANS.fullmatch(name))
+  try:
+    if time.time() - os.stat(path).st_mtime > max_age_secs:
+      return True
+  except FileNotFoundError:
+    return False
+  host, pid = owner
+  if host not in (None, _host(), socket.gethostname()):
+    return False  # its process cannot be checked from here
+  return pid == os.getpid() or not _process_running(pid)
+
+
+def remove_abandoned(directory: str, max_age_secs: float) -> List[str]:
+  """Removes the `abandoned` temporaries (files or directories) in `directory`; returns them."""
+  removed = []
+  for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+    path = os.path.join(directory, name)
+    if is_temporary(path) and abandoned(path, max_age_secs):
+      if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+      else:
+        remove_quietly([path])
+      removed.append(path)
+  return removed
 
 
 def current_umask() -> int:
@@ -109,6 +194,71 @@ def atomic_path(path: str) -> Iterator[str]:
       os.replace(tmp, path)
   except BaseException:
     remove_quietly([tmp])
+    raise
+
+
+@contextlib.contextmanager
+def atomic_paths(paths: Sequence[str]) -> Iterator[List[str]]:
+  """`atomic_path` for several local files that appear together (e.g. the shards of a split).
+
+  Yields their temporary paths, in order; once the `with` block ends, each is
+  renamed to its path (writers must be closed by then). On an exception all
+  temporary files are removed and the exception propagates.
+  """
+  tmps = [temp_path(p) for p in paths]
+  try:
+    yield tmps
+    for tmp, path in zip(tmps, paths):
+      os.replace(tmp, path)
+  except BaseException:
+    remove_quietly(tmps)
+    raise
+
+
+@dataclasses.dataclass
+class DirectoryWrite:
+  """What `atomic_directory` yields: write into `tmp`; `path` is where it lands."""
+  tmp: str
+  path: str
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str,
+                     next_free: Optional[Callable[[], str]] = None) -> Iterator[DirectoryWrite]:
+  """A new local directory written under `temp_path(path)` and renamed when complete.
+
+  The yielded `DirectoryWrite.tmp` exists and is empty (a leftover of this
+  process under that name is removed first). When the `with` block ends, `tmp`
+  is renamed to `path`, which must not exist or be an empty directory. On an
+  exception `tmp` is removed and the exception propagates.
+
+  Args:
+    path: the directory to write.
+    next_free: for a directory whose name is picked at the rename (a new export
+      version): returns the path to rename to, and is called again while
+      another writer takes that name first. `path` then only names the
+      temporary; the name chosen is in `DirectoryWrite.path` afterwards.
+
+  Raises:
+    OSError: `path` exists and is not an empty directory (without `next_free`).
+  """
+  write = DirectoryWrite(temp_path(path), path)
+  shutil.rmtree(write.tmp, ignore_errors=True)
+  try:
+    os.makedirs(write.tmp)
+    yield write
+    while True:
+      target = next_free() if next_free else path
+      try:
+        os.rename(write.tmp, target)  # fails if target is a non-empty directory
+      except OSError:
+        if next_free is None or not os.path.exists(target):
+          raise
+        continue  # another writer took that name
+      write.path = target
+      break
+  except BaseException:
+    shutil.rmtree(write.tmp, ignore_errors=True)
     raise
 
 

@@ -3,9 +3,9 @@
 Mirrors T2T's `data_generators/generator_utils.py` naming: shard files are
 `<name>-<split>-00000-of-00100`; examples are first written round-robin to
 `<name>-unshuffled-<split>-…` files, then each shard is shuffled in memory and
-written under its final name. Every file is written under a temporary name
-(`<final>.<pid>.incomplete`, `file_io.temp_path`) and renamed, so a killed run
-never leaves a file that looks done; the next run removes such leftovers
+written under its final name. Every file is written by `file_io`'s atomic
+writers (a temporary name, then a rename), so a killed run never leaves a file
+that looks done; the next run removes such leftovers
 (`remove_stale_temporaries`), and a failed run removes its own. The manifest
 (`data_gen/manifest.py`) is marked complete last.
 """
@@ -13,14 +13,13 @@ never leaves a file that looks done; the next run removes such leftovers
 import logging
 import os
 import random
-import re
 import time
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from data_gen import file_io
-from data_gen.file_io import TMP_SUFFIX, remove_quietly, temp_path
+from data_gen.file_io import remove_quietly
 
 # Test hook: the TFRecord write of the shard with this base name pauses after its
 # first record (tests/test_faults_datagen.py SIGKILLs the process there).
@@ -69,48 +68,25 @@ def _close_quietly(writers) -> None:
       logging.warning("closing a shard writer failed during clean-up: %s", e)
 
 
-def _pid_alive(pid: int) -> bool:
-  if pid == os.getpid():
-    return True
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True
-
-
 def remove_stale_temporaries(data_dir: str, problem_name: str) -> List[str]:
   """Removes leftovers of killed runs in `data_dir`; returns the removed paths.
 
-  Removed: `*.incomplete` files whose writer process is gone (or untouched for an
-  hour), older temp-name styles (`*.incomplete` without a pid, `.tmp_vocab_*`),
-  and `<problem_name>-unshuffled-*` shards (only a finished split removes them).
-  Files of a live concurrent writer are kept.
+  Removed: temporaries whose writer is gone or that were untouched for an hour
+  (`file_io.abandoned`), and `<problem_name>-unshuffled-*` shards (only a
+  finished split removes them). Files of a live concurrent writer are kept.
   """
-  removed = []
-  now = time.time()
+  removed = file_io.remove_abandoned(data_dir, _STALE_SECONDS)
   for name in sorted(os.listdir(data_dir)) if os.path.isdir(data_dir) else []:
     path = os.path.join(data_dir, name)
-    if name.endswith(TMP_SUFFIX):
-      match = re.search(r"\.(\d+)%s$" % re.escape(TMP_SUFFIX), name)
-      try:
-        fresh = now - os.stat(path).st_mtime < _STALE_SECONDS
-      except FileNotFoundError:
-        continue
-      if match and int(match.group(1)) != os.getpid() and fresh and _pid_alive(
-          int(match.group(1))):
-        logging.warning("keeping %s: its writer (pid %s) is still running", path, match.group(1))
-        continue
-    elif not (name.startswith(".tmp_vocab_") or name.startswith(problem_name + "-unshuffled-")):
-      continue
-    remove_quietly([path])
-    removed.append(path)
+    if file_io.is_temporary(path):
+      logging.warning("keeping %s: its writer may still be running", path)
+    elif name.startswith(problem_name + "-unshuffled-"):
+      remove_quietly([path])
+      removed.append(path)
   if removed:
     logging.warning("removed %d leftover file(s) of an interrupted run in %s",
                     len(removed), data_dir)
-  return removed
+  return sorted(removed)
 
 
 def _pause_for_test(final_path: str, writer) -> None:
@@ -167,31 +143,28 @@ def generate_files(examples: Iterable[Dict[str, Sequence[int]]], output_paths: S
   Returns:
     The number of examples written.
   """
-  tmp_paths = [temp_path(p) for p in output_paths]
   writers = []
   count = 0
-  try:
-    for p in tmp_paths:
-      writers.append(open_record_writer(p))
-    for example in examples:
-      if max_cases is not None and count >= max_cases:
-        break
-      if vocab_sizes:
-        check_ids(example, vocab_sizes, count + 1, stage)
-      writers[count % len(writers)].write(
-          to_example(example).SerializeToString(deterministic=True))  # byte-identical reruns
-      count += 1
-      if progress is not None and count % progress_every == 0:
-        progress(stage, count, max_cases)
-    for w in writers:
-      w.close()
-    for tmp, final in zip(tmp_paths, output_paths):
-      os.replace(tmp, final)
-  except BaseException:
-    # Must not fail itself (a full disk makes close() raise): quiet close + remove.
-    _close_quietly(writers)
-    remove_quietly(tmp_paths)
-    raise
+  with file_io.atomic_paths(output_paths) as tmp_paths:
+    try:
+      for p in tmp_paths:
+        writers.append(open_record_writer(p))
+      for example in examples:
+        if max_cases is not None and count >= max_cases:
+          break
+        if vocab_sizes:
+          check_ids(example, vocab_sizes, count + 1, stage)
+        writers[count % len(writers)].write(
+            to_example(example).SerializeToString(deterministic=True))  # byte-identical reruns
+        count += 1
+        if progress is not None and count % progress_every == 0:
+          progress(stage, count, max_cases)
+      for w in writers:
+        w.close()
+    except BaseException:
+      # Must not fail itself (a full disk makes close() raise); atomic_paths removes the files.
+      _close_quietly(writers)
+      raise
   if progress is not None:
     progress(stage, count, count)
   return count

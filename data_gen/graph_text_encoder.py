@@ -166,7 +166,7 @@ class GraphSubwordEncoder(tf.Module):
       if ids.shape.rank != 2:
         raise ValueError("ids must be [batch, length] or [length], got shape "
                          "%s" % ids.shape)
-      ids = tf.RaggedTensor.from_tensor(ids, padding=tf.cast(0, ids.dtype))
+      ids = tf.RaggedTensor.from_tensor(ids, padding=tf.cast(text_encoder.PAD_ID, ids.dtype))
     ids = tf.cast(ids, tf.int64)
     if cut_at_eos:
       ids = tf.ragged.boolean_mask(ids, _before_first(ids, text_encoder.EOS_ID))

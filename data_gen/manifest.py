@@ -18,7 +18,7 @@ import re
 import struct
 from typing import Dict, Optional, Sequence, Tuple, Union
 
-from data_gen.file_io import TMP_SUFFIX, write_lines
+from data_gen.file_io import is_temporary, write_lines
 
 MANIFEST_VERSION = 2
 # The datagen settings that change the shards; `None` max_cases: no limit.
@@ -177,7 +177,7 @@ def check_data_dir(data_dir: str, problem_name: str,
   command = "t2t_keras_datagen --problem=%s --data_dir=%s" % (problem_name, data_dir)
   path = manifest_path(data_dir, problem_name)
   if not os.path.isfile(path):
-    has_shards = any(n.startswith(problem_name + "-") and not n.endswith(TMP_SUFFIX)
+    has_shards = any(n.startswith(problem_name + "-") and not is_temporary(n)
                      for n in (os.listdir(data_dir) if os.path.isdir(data_dir) else []))
     why = ("has shards but no datagen manifest %s: its datagen was interrupted, or it was "
            "written by a t2t_keras version before manifests" % path if has_shards else
@@ -204,7 +204,7 @@ def check_data_dir(data_dir: str, problem_name: str,
     listed = {e["file"] for e in spec["shards"]}
     pattern = re.compile(r"%s-%s" % (re.escape(problem_name), split))
     problems += ["unlisted shard %s" % n for n in sorted(os.listdir(data_dir))
-                 if pattern.match(n) and n not in listed and not n.endswith(TMP_SUFFIX)]
+                 if pattern.match(n) and n not in listed and not is_temporary(n)]
   for entry in entries:
     file_path = os.path.join(data_dir, entry["file"])
     if not os.path.isfile(file_path):

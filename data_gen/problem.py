@@ -71,6 +71,9 @@ class Problem:
 
   # Set by `register_problem`; the T2T snake_case name of the class.
   registered_name: Optional[str] = None
+  # How the decoder scores output against the split's reference: "bleu"
+  # (case-sensitive BLEU) or "parsing" (EVALB bracketing F1 against gold trees).
+  scoring: str = "bleu"
 
   @property
   def name(self) -> str:
@@ -173,7 +176,7 @@ class Text2TextProblem(Problem):
                           force_get: bool = False) -> Dict[str, Any]:
     """Returns {"inputs": enc, "targets": enc}; builds missing vocab files unless `force_get`."""
     self.vocab_seconds = 0.0
-    reserved = ["<pad>", "<EOS>"] + list(self.additional_reserved_tokens)
+    reserved = text_encoder.RESERVED_TOKENS + list(self.additional_reserved_tokens)
     by_file: Dict[str, Any] = {}
     for side in ("inputs", "targets"):
       filename = self.vocab_filenames[side]
@@ -214,6 +217,10 @@ class Text2TextProblem(Problem):
     if side not in langs:
       raise ValueError("side must be 'inputs' or 'targets', got %r" % (side,))
     return os.path.join(data_dir, "%s.%s.%s" % (self.name, split, langs[side]))
+
+  def reference_file(self, data_dir: str, split: str) -> str:
+    """What decoded output of a dev/test split is scored against (see `scoring`)."""
+    return self.text_file(data_dir, split, "targets")
 
   def split_text_files(self, data_dir: str, split: str) -> List[str]:
     """Plain-text files datagen writes beside a split's shards (listed in the manifest)."""
@@ -312,7 +319,7 @@ class Text2TextProblem(Problem):
     present = glob.glob(os.path.join(data_dir, "%s-%s-[0-9]*-of-[0-9]*" % (
         self.name, DatasetSplit.TRAIN)))
     recorded = manifest_lib.recorded_settings(
-        manifest, [p for p in present if not p.endswith(file_io.TMP_SUFFIX)])
+        manifest, [p for p in present if not file_io.is_temporary(p)])
     defaults = {"num_shards": {s["split"]: s["shards"] for s in self.dataset_splits}.get(
         DatasetSplit.TRAIN, 1), "max_cases": None,
                 "random_seed": manifest_lib.DEFAULT_RANDOM_SEED}
@@ -356,6 +363,6 @@ class Text2TextProblem(Problem):
     generator_utils.shuffle_shards(unshuffled, final, random_seed)
     # Shards of an earlier run with another shard count would match filepattern too.
     for path in glob.glob(os.path.join(data_dir, "%s-%s-[0-9]*-of-[0-9]*" % (self.name, split))):
-      if path not in final and not path.endswith(file_io.TMP_SUFFIX):
+      if path not in final and not file_io.is_temporary(path):
         logging.info("removing stale shard %s", path)
         os.remove(path)

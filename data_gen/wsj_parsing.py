@@ -106,6 +106,7 @@ class ParsingEnglishPtb(problem_lib.Text2TextProblem):
   input_space_id = problem_lib.SpaceID.EN_TOK   # T2T: 3
   target_space_id = problem_lib.SpaceID.PARSE_TOK  # T2T: 15
   source_lang, target_lang = "words", "linearized"
+  scoring = "parsing"
 
   def generate_samples(self, data_dir, tmp_dir, split):
     del data_dir
@@ -114,6 +115,10 @@ class ParsingEnglishPtb(problem_lib.Text2TextProblem):
   def gold_trees_file(self, data_dir: str, split: str) -> str:
     """`<data_dir>/<name>.<split>.trees`: gold trees for EVALB."""
     return os.path.join(data_dir, f"{self.name}.{split}.trees")
+
+  def reference_file(self, data_dir: str, split: str) -> str:
+    """Output is scored against the gold trees, not the linearized targets."""
+    return self.gold_trees_file(data_dir, split)
 
   def split_text_files(self, data_dir: str, split: str) -> list:
     """Text files of a split plus, for dev/test, its gold trees (in the manifest)."""

@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from data_gen import file_io, tokenizer
-from data_gen.text_encoder import EOS_ID
+from data_gen.text_encoder import EOS_ID, PAD_ID
 from t2t_keras import bleu as bleu_lib
 from t2t_keras import decoding
 from t2t_keras.hparams import DecodeHParams
@@ -152,7 +152,7 @@ class TextDecoder:
     length = max(len(r) for r in rows)
     if jit_compile:
       length = xla_length(length)  # few distinct shapes -> few XLA compilations
-    return np.array([r + [0] * (length - len(r)) for r in rows], np.int32)
+    return np.array([r + [PAD_ID] * (length - len(r)) for r in rows], np.int32)
 
   def _format(self, ids: np.ndarray, scores: np.ndarray) -> str:
     def decode(row):

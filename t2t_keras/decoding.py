@@ -134,7 +134,7 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
   encoder_output, encdec_bias = model.encode(inputs, training=False)
   state = initial_state(model, encoder_output, encdec_bias, decode_length, beams, use_cache)
   fn = make_symbols_to_logits_fn(model, use_cache)
-  initial = tf.zeros([tf.shape(inputs)[0]], tf.int32)
+  initial = tf.fill([tf.shape(inputs)[0]], PAD_ID)  # T2T starts from PAD
   if beams > 1:
     options = beam_search.BeamSearchOptions(
         beams, model.target_vocab_size, decode_hp.alpha, eos_id=EOS_ID, stop_early=True,
@@ -174,7 +174,7 @@ def score_targets(model: Transformer, inputs, targets) -> tf.Tensor:
   log_probs = tf.nn.log_softmax(logits)
   targets = tf.cast(targets, tf.int32)
   token = tf.gather(log_probs, targets, batch_dims=2)
-  return tf.reduce_sum(token * tf.cast(tf.not_equal(targets, 0), tf.float32), axis=1)
+  return tf.reduce_sum(token * tf.cast(tf.not_equal(targets, PAD_ID), tf.float32), axis=1)
 
 
 def strip_ids(ids: Sequence[int]) -> List[int]:

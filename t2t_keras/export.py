@@ -31,22 +31,19 @@ line break or tab (`decode_text.OUTPUT_BREAKS` become spaces, as in `TextDecoder
 The vocab files are assets and `assets.extra/tf_serving_warmup_requests` holds
 warm-up PredictRequests. Every exported file is readable by others
 (`0o666 & ~umask`, whatever the source files' modes), and temp dirs of killed
-exports (`.tmp-export-<host>-<pid>`) are removed by the next export once their
-process is gone or they are a day old.
+exports (`file_io.temp_path` names, `.export.<host>-<pid>.incomplete`) are
+removed by the next export once their process is gone or they are a day old.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
-import socket
-import time
 from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
-from data_gen.file_io import readable_file_mode
+from data_gen import file_io
 from data_gen.graph_text_encoder import GraphSubwordEncoder, is_valid_utf8
 from data_gen.text_encoder import EOS_ID, PAD_ID
 from t2t_keras import decode_text, decoding, errors
@@ -79,7 +76,7 @@ def _truncate_and_add_eos(ids: tf.RaggedTensor, cap: Optional[int]) -> tf.Tensor
     ids = ids[:, :cap]
   ids = tf.cast(ids, tf.int32)
   eos = tf.fill([ids.nrows(), 1], tf.constant(EOS_ID, tf.int32))
-  return tf.concat([ids, eos], axis=1).to_tensor(0)
+  return tf.concat([ids, eos], axis=1).to_tensor(PAD_ID)
 
 
 def _mask_empty(ids: tf.Tensor, scores: tf.Tensor, empty: tf.Tensor):
@@ -180,7 +177,7 @@ class ServingModule(tf.Module):
     serialized = _as_batch(serialized, EXAMPLE_INPUT_KEY)
     parsed = tf.io.parse_example(serialized, {"inputs": tf.io.VarLenFeature(tf.int64)})
     ids = tf.RaggedTensor.from_sparse(parsed["inputs"])
-    ids = tf.ragged.boolean_mask(ids, tf.not_equal(ids, 0))
+    ids = tf.ragged.boolean_mask(ids, tf.not_equal(ids, PAD_ID))
     tokens = _drop_trailing_eos(ids)  # so the cap counts tokens only; EOS is re-added
     empty = tf.equal(tokens.row_lengths(), 0)
     out, scores = self.decode_padded(_truncate_and_add_eos(tokens, self.cap), empty)
@@ -230,7 +227,7 @@ def _warmup_requests(module: ServingModule, encoders: Dict) -> List:
 def _make_readable(root: str) -> None:
   """chmod every file to 0o666 & ~umask and dir to 0o777 & ~umask (a vocab written
   through mkstemp is 0600, and its assets/ copy would be too)."""
-  file_mode = readable_file_mode()
+  file_mode = file_io.readable_file_mode()
   dir_mode = file_mode | ((file_mode & 0o444) >> 2)  # x wherever r
   os.chmod(root, dir_mode)
   for directory, dirs, files in os.walk(root):
@@ -240,39 +237,15 @@ def _make_readable(root: str) -> None:
       os.chmod(os.path.join(directory, name), file_mode)
 
 
-def _process_gone(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return True
-  except PermissionError:
-    return False
-  return False
-
-
 def remove_stale_exports(export_dir: str, max_age_secs: float = STALE_EXPORT_SECONDS) -> List[str]:
-  """Removes `.tmp-export-*` dirs of killed exporters; returns their paths.
+  """Removes the temp dirs of killed exporters; returns their paths.
 
   A temp dir is removed when it is older than `max_age_secs`, or when it names
-  this host (or no host: older versions) and a process id that no longer runs.
-  Temp dirs of running exporters, here or on another host, are kept.
+  this host (or no host: older versions) and a process id that no longer runs
+  (`file_io.abandoned`). Temp dirs of running exporters, here or on another
+  host, are kept.
   """
-  removed = []
-  host = socket.gethostname()
-  for name in os.listdir(export_dir):
-    match = re.fullmatch(r"\.tmp-export-(?:(.+)-)?([0-9]+)", name)
-    if not match:
-      continue
-    path = os.path.join(export_dir, name)
-    try:
-      old = time.time() - os.stat(path).st_mtime > max_age_secs
-    except FileNotFoundError:
-      continue
-    here = match.group(1) in (None, host)
-    if old or (here and _process_gone(int(match.group(2)))):
-      shutil.rmtree(path, ignore_errors=True)
-      removed.append(path)
-  return removed
+  return file_io.remove_abandoned(export_dir, max_age_secs)
 
 
 def _full_disk_reason(error: BaseException) -> str:
@@ -323,31 +296,25 @@ def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHP
   module = ServingModule(model, hparams, decode_hp, vocab_files)
   os.makedirs(export_dir, exist_ok=True)
   remove_stale_exports(export_dir)
-  tmp = os.path.join(export_dir, f".tmp-export-{socket.gethostname()}-{os.getpid()}")
-  shutil.rmtree(tmp, ignore_errors=True)
   signatures = {TEXT_SIGNATURE: module.serve_text.get_concrete_function(),
                 EXAMPLE_SIGNATURE: module.serve_examples.get_concrete_function()}
+
+  def next_version() -> str:  # never overwrite a version, even with a concurrent exporter
+    return os.path.join(export_dir, str((existing_versions(export_dir) or [0])[-1] + 1))
+
   try:
-    tf.saved_model.save(module, tmp, signatures=signatures)
-    extra = os.path.join(tmp, "assets.extra")
-    os.makedirs(extra, exist_ok=True)
-    with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILENAME)) as writer:
-      for log in _warmup_requests(module, encoders):
-        writer.write(log.SerializeToString())
+    with file_io.atomic_directory(os.path.join(export_dir, ".export"), next_version) as write:
+      tf.saved_model.save(module, write.tmp, signatures=signatures)
+      extra = os.path.join(write.tmp, "assets.extra")
+      os.makedirs(extra, exist_ok=True)
+      with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILENAME)) as writer:
+        for log in _warmup_requests(module, encoders):
+          writer.write(log.SerializeToString())
+      _make_readable(write.tmp)
   except (OSError, tf.errors.OpError) as e:
-    shutil.rmtree(tmp, ignore_errors=True)
     if _is_full_disk(e):
       raise errors.StorageError(
           f"no space left writing the SavedModel in {export_dir} ({_full_disk_reason(e)}); free "
           "some space and export again: no version was written.") from None
     raise
-  _make_readable(tmp)
-  while True:  # never overwrite a version, even with a concurrent exporter
-    version = (existing_versions(export_dir) or [0])[-1] + 1
-    target = os.path.join(export_dir, str(version))
-    try:
-      os.rename(tmp, target)  # fails if target exists and is non-empty
-      return target
-    except OSError:
-      if not os.path.exists(target):
-        raise
+  return write.path

@@ -15,12 +15,12 @@ Batches are dicts {"inputs": int64 [batch, length], "targets": int64 [batch, len
 """
 
 import logging
-import os
-import re
 from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
+from data_gen import file_io
+from data_gen.text_encoder import PAD_ID
 from t2t_keras import errors
 
 TRAIN, EVAL, PREDICT = "train", "eval", "predict"
@@ -35,9 +35,6 @@ HIGHLY_COMPOSITE_NUMBERS = [
     2882880, 3603600, 4324320, 6486480, 7207200, 8648640, 10810800, 14414400, 17297280,
     21621600, 32432400, 36756720, 43243200, 61261200, 73513440, 110270160]
 
-# Names of files still being written (datagen's `<shard>.<pid>.incomplete`, temp
-# files of atomic writers): a T2T `<name>-train*` glob matches them, readers must not.
-_TEMPORARY_FILE = re.compile(r"(\.incomplete|\.tmp[-_][^/]*)$|^\.tmp")
 _EXAMPLE_SHUFFLE_BUFFER = 1024
 _PARSE_BATCH = 256
 _CHECK_BATCH = 1024  # records per step of check_examples_kept
@@ -110,8 +107,11 @@ def hparams_to_batching_scheme(hparams, drop_long_sequences: bool = False,
 
 
 def is_temporary_file(path: str) -> bool:
-  """True for a file that a writer has not finished (never read as a shard)."""
-  return bool(_TEMPORARY_FILE.search(os.path.basename(path)))
+  """True for a file that a writer has not finished (never read as a shard).
+
+  A T2T `<name>-train*` glob matches the temporary names of `file_io`'s writers.
+  """
+  return file_io.is_temporary(path)
 
 
 def match_shard_files(filepattern: str) -> List[str]:
@@ -296,12 +296,13 @@ def make_dataset(filepattern: str, hparams, mode: str, *, batch_size_multiplier:
   # Unbatched ragged rows arrive as rank-0-ragged specs; make them plain tensors.
   ds = ds.map(lambda ex: {k: tf.identity(v) for k, v in ex.items()},
               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  pad = tf.constant(PAD_ID, tf.int64)
   if getattr(hparams, "use_fixed_batch_size", False):
     # T2T: batch_size then counts examples per replica, no bucketing.
-    ds = ds.padded_batch(hparams.batch_size * batch_size_multiplier)
+    ds = ds.padded_batch(hparams.batch_size * batch_size_multiplier, padding_values=pad)
   else:
     ds = ds.bucket_by_sequence_length(example_length, scheme["boundaries"],
-                                      scheme["batch_sizes"])
+                                      scheme["batch_sizes"], padding_values=pad)
   batch_shuffle = int(getattr(hparams, "batch_shuffle_size", 0) or 0)
   if shuffle and batch_shuffle:
     ds = ds.shuffle(batch_shuffle, seed=seed, reshuffle_each_iteration=True)

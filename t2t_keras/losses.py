@@ -12,6 +12,8 @@ from typing import Tuple
 
 import tensorflow as tf
 
+from data_gen.text_encoder import PAD_ID
+
 
 def smoothing_normalizer(vocab_size: int, label_smoothing: float) -> float:
   """Entropy of the smoothed target distribution (T2T's `normalizing` constant).
@@ -103,6 +105,6 @@ def padded_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
   Returns:
     (float32 scalar loss numerator, float32 scalar weight sum).
   """
-  weights = tf.cast(tf.not_equal(labels, 0), tf.float32)
+  weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
   xent = smoothing_cross_entropy(logits, labels, label_smoothing)
   return tf.reduce_sum(xent * weights), tf.reduce_sum(weights)

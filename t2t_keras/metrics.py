@@ -12,6 +12,8 @@ from typing import Dict
 
 import tensorflow as tf
 
+from data_gen.text_encoder import PAD_ID
+
 SUM_KEYS = ("xent", "weights", "correct", "correct_top5", "sequences_correct", "sequences")
 
 
@@ -25,7 +27,7 @@ def metric_sums(logits: tf.Tensor, labels: tf.Tensor) -> Dict[str, tf.Tensor]:
   """
   logits = tf.cast(logits, tf.float32)
   labels = tf.cast(labels, tf.int32)
-  weights = tf.cast(tf.not_equal(labels, 0), tf.float32)
+  weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
   xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
   correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
   _, top5 = tf.math.top_k(logits, k=min(5, logits.shape[-1]))

@@ -17,7 +17,7 @@ from typing import Optional, Sequence, Union
 
 import tensorflow as tf
 
-from data_gen.text_encoder import EOS_ID
+from data_gen.text_encoder import EOS_ID, PAD_ID
 from t2t_keras.decoding_state import DecodingState
 from t2t_keras.search_utils import (IntOrTensor, SymbolsToLogitsFn, check_decode_length,
                                     check_logits, check_state, init_id_buffer, is_int,
@@ -78,7 +78,7 @@ def _decode_loop(symbols_to_logits_fn, initial_ids, decode_length, eos_id, state
     token_log_prob = tf.gather(tf.nn.log_softmax(logits), next_id, batch_dims=1)  # [batch]
     # Count log-probs up to and including the first EOS, pad after it.
     log_prob += tf.where(active, token_log_prob, 0.0)
-    next_id = tf.where(active, next_id, 0)
+    next_id = tf.where(active, next_id, PAD_ID)
     hit_eos = tf.logical_or(hit_eos, tf.equal(next_id, eos_id))
     return (i + 1, write_column(ids, i + 1, next_id), log_prob, hit_eos,
             new_state.per_beam, new_state.in_place)

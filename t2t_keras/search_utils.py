@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional, Tuple, Union
 import numpy as np
 import tensorflow as tf
 
+from data_gen.text_encoder import PAD_ID
 from t2t_keras.decoding_state import DecodingState
 
 # fn(ids [n, decode_length + 1], i, state) -> (logits [n, vocab], state).
@@ -28,13 +29,13 @@ def write_column(buffer: tf.Tensor, position: tf.Tensor, values: tf.Tensor) -> t
 
 
 def init_id_buffer(initial_ids: tf.Tensor, decode_length: IntOrTensor) -> tf.Tensor:
-  """`[batch]` initial ids -> `[batch, decode_length + 1]` zeros + column 0."""
+  """`[batch]` initial ids -> `[batch, decode_length + 1]` PAD ids + column 0."""
   initial_ids = tf.convert_to_tensor(initial_ids)
   if initial_ids.shape.rank != 1:
     raise ValueError("initial_ids must have shape [batch], got shape "
                      f"{initial_ids.shape}.")
   initial_ids = tf.cast(initial_ids, tf.int32)
-  buffer = tf.zeros(tf.stack([tf.shape(initial_ids)[0], decode_length + 1]), tf.int32)
+  buffer = tf.fill(tf.stack([tf.shape(initial_ids)[0], decode_length + 1]), PAD_ID)
   return write_column(buffer, 0, initial_ids)
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
@@ -299,7 +298,7 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
   Returns:
     {"output_dir", "checkpoint", "global_step", "hparams_set", "hparams"}.
   """
-  from data_gen import registry
+  from data_gen import file_io, registry
   from t2t_keras import run_dir
   from t2t_keras.training import Trainer
   if tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir):
@@ -317,11 +316,8 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
   problem = registry.problem(problem_name, data_dir)
   t2t_data_dir = os.path.expanduser(flags["data_dir"]) if flags.get("data_dir") else None
   final = os.path.abspath(output_dir)
-  tmp = f"{final}.tmp-import-{os.getpid()}"
-  if tf.io.gfile.exists(tmp):
-    tf.io.gfile.rmtree(tmp)
-  tf.io.gfile.makedirs(tmp)
-  try:
+  with file_io.atomic_directory(final) as write:
+    tmp = write.tmp
     for filename in sorted(set(problem.vocab_filenames.values())):
       tf.io.gfile.copy(_find_vocab(filename, [data_dir, t2t_output_dir, t2t_data_dir]),
                        os.path.join(tmp, filename))
@@ -343,12 +339,6 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
               "global_step": step, "hparams_set": base_set,
               "hparams": overrides_for(hp, base_set)}
     _write_notes(tmp, problem.name, result, source, loaded["assigned"])
-    if tf.io.gfile.exists(final):
-      tf.io.gfile.rmtree(final)  # empty, checked above
-    os.rename(tmp, final)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
   log(f"Imported {source} (T2T step {step}, {loaded['assigned']} variables) into {final}: "
       f"problem {problem.name}, target space {spec.target_space_id}.")
   return result

@@ -19,6 +19,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from data_gen.text_encoder import PAD_ID
+
 from t2t_keras import cpu_info, cpu_setup, errors, losses, metrics, run_dir
 from t2t_keras import flops as flops_lib
 from t2t_keras.hparams import HParams
@@ -144,7 +146,7 @@ class Trainer:
     differentiate the step's loss, sum / den, directly (T2T's loss), so its
     gradients need no rescaling pass afterwards.
     """
-    den = tf.add_n([tf.reduce_sum(tf.cast(b["targets"] != 0, tf.float32)) for b in batches])
+    den = tf.add_n([tf.reduce_sum(tf.cast(b["targets"] != PAD_ID, tf.float32)) for b in batches])
     den = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, den)
     return tf.maximum(den, 1.0)
 
@@ -159,8 +161,8 @@ class Trainer:
       if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
         scaled = self.optimizer.scale_loss(scaled)
     grads = tape.gradient(scaled, variables)
-    tokens = (tf.reduce_sum(tf.cast(batch["inputs"] != 0, tf.float32)) +
-              tf.reduce_sum(tf.cast(batch["targets"] != 0, tf.float32)))
+    tokens = (tf.reduce_sum(tf.cast(batch["inputs"] != PAD_ID, tf.float32)) +
+              tf.reduce_sum(tf.cast(batch["targets"] != PAD_ID, tf.float32)))
     # [non-pad tokens, training FLOPs of the padded batch]: summed like the loss.
     shape = lambda x, i: tf.cast(tf.shape(x)[i], tf.float32)
     flops = flops_lib.training_flops(self.hparams, self.spec.target_vocab_size,

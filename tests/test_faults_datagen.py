@@ -3,6 +3,7 @@
 import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -65,7 +66,8 @@ def test_sigkill_mid_shard_then_rerun(tmp_path, capsys):
   data_dir = str(tmp_path / "data")
   pid = _kill_at_shard_write(args, data_dir, "%s-train-00002-of-00004" % NAME)
   names = set(os.listdir(data_dir))
-  partial = "%s-train-00002-of-00004.%d%s" % (NAME, pid, gu.TMP_SUFFIX)
+  partial = "%s-train-00002-of-00004.%s-%d.incomplete" % (
+      NAME, socket.gethostname().replace(".", "_"), pid)
   assert partial in names and os.path.getsize(os.path.join(data_dir, partial)) > 0
   assert {"%s-train-0000%d-of-00004" % (NAME, i) for i in (0, 1)} <= names
   assert not any("-dev-" in n for n in names)
@@ -95,7 +97,7 @@ def test_sigkill_mid_shard_then_rerun(tmp_path, capsys):
   code, out = _datagen_in_process(capsys, "--data_dir=" + data_dir, *args)
   assert code == 0, out
   names = sorted(os.listdir(data_dir))
-  assert not [n for n in names if n.endswith(gu.TMP_SUFFIX) or "unshuffled" in n], names
+  assert not [n for n in names if n.endswith(".incomplete") or "unshuffled" in n], names
   manifest = problem.check_data_dir(data_dir, verify_checksums=True)
   for split, want in (("train", 400), ("dev", 20)):
     shards = manifest["splits"][split]["shards"]
@@ -162,7 +164,7 @@ def test_full_disk_cleans_up_after_itself(tmp_path, capsys, monkeypatch, stage):
   code, out = _datagen_in_process(capsys, "--data_dir=" + data_dir, *args)
   assert code == 1 and "disk full" in out and "No space left" in out, out
   names = sorted(os.listdir(data_dir))
-  assert not [n for n in names if n.endswith(gu.TMP_SUFFIX) or "-train-" in n], names
+  assert not [n for n in names if n.endswith(".incomplete") or "-train-" in n], names
   assert manifest_lib.read_manifest(data_dir, NAME)["complete"] is False
   monkeypatch.setattr(gu, "open_record_writer", real_open)
   code, out = _datagen_in_process(capsys, "--data_dir=" + data_dir, *args)

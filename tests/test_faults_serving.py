@@ -61,15 +61,21 @@ def _seed_temp_exports(export_dir, live_pid):
   dead = subprocess.Popen(["true"])
   dead.wait()
   host = socket.gethostname()
-  temps = {".tmp-export-%d" % dead.pid: False,  # older name, no host
+  here = host.replace(".", "_")
+  temps = {".tmp-export-%d" % dead.pid: False,  # older names: no host
            ".tmp-export-%s-%d" % (host, dead.pid): False,
            ".tmp-export-%s-%d" % (host, live_pid): True,  # a running exporter
            ".tmp-export-other-host-%d" % dead.pid: True,  # cannot tell: kept for a day
-           ".tmp-export-other-host-7": False}  # two days old
+           ".tmp-export-other-host-7": False,  # two days old
+           ".export.%s-%d.incomplete" % (here, dead.pid): False,
+           ".export.%s-%d.incomplete" % (here, live_pid): True,
+           ".export.other-host-%d.incomplete" % dead.pid: True,
+           ".export.other-host-8.incomplete": False}
   for name in temps:
     os.makedirs(os.path.join(export_dir, name, "variables"))
   old = time.time() - 2 * 86400
-  os.utime(os.path.join(export_dir, ".tmp-export-other-host-7"), (old, old))
+  for name in (".tmp-export-other-host-7", ".export.other-host-8.incomplete"):
+    os.utime(os.path.join(export_dir, name), (old, old))
   return temps
 
 
@@ -153,6 +159,7 @@ def test_exported_files_and_vocab_are_readable_by_others(served, tmp_path):
 
 
 def test_interrupted_exports_are_cleaned_up(served):
-  left = sorted(n for n in os.listdir(served["export_dir"]) if n.startswith(".tmp-export-"))
+  left = sorted(n for n in os.listdir(served["export_dir"])
+                if n.startswith((".tmp-export-", ".export")))
   assert left == sorted(n for n, kept in served["temps"].items() if kept)
   assert export.existing_versions(served["export_dir"]) == [1]

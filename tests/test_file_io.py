@@ -3,6 +3,7 @@
 import errno
 import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -59,7 +60,8 @@ def test_writer_raising_midway_leaves_old_file_and_no_temp(tmp_path):
   # A path-taking writer: the temp path is where it writes, removed on failure.
   with pytest.raises(KeyError):
     with file_io.atomic_path(path) as tmp:
-      assert tmp == "%s.%d.incomplete" % (path, os.getpid())
+      assert tmp == "%s.%s-%d.incomplete" % (path, socket.gethostname().replace(".", "_"),
+                                            os.getpid())
       _write_bytes(tmp, b"half")
       raise KeyError("x")
   assert file_io.read_lines(path) == ["old"] and os.listdir(tmp_path) == ["t.txt"]

@@ -46,7 +46,7 @@ def test_generate_files_round_robin_and_max_cases(tmp_path):
     expected = [examples[i] for i in range(7) if i % 3 == shard]
     assert _read_examples(path) == expected
   assert calls[-1] == ("train", 7, 7) and ("train", 2, 7) in calls
-  assert not [f for f in os.listdir(tmp_path) if f.endswith(gu.TMP_SUFFIX)]
+  assert not [f for f in os.listdir(tmp_path) if f.endswith(".incomplete")]
 
 
 def test_generate_files_failure_leaves_no_final_or_temp_file(tmp_path):

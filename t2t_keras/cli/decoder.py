@@ -85,7 +85,7 @@ def main(argv):
   _emit(outputs)
   if reference:
     hyps = [o.split("\t")[0] for o in outputs]
-    if hasattr(problem, "gold_trees_file"):  # parsing: EVALB F1 against gold trees, not BLEU
+    if problem.scoring == "parsing":  # EVALB F1 against gold trees, not BLEU
       trees = evalb.delinearize_lines(refs, hyps)
       report = evalb.evaluate(refs, trees)
       print(f"EVALB (COLLINS.prm) against {reference}: {evalb.summary_line(report)}",
@@ -95,7 +95,7 @@ def main(argv):
     else:
       score, signature = bleu.corpus_bleu(hyps, refs, tokenize="intl")
       print(f"BLEU = {score:.2f}  ({signature})", flush=True)
-      language = bleu.paper_language(getattr(problem, "target_lang", ""))
+      language = bleu.paper_language(problem.target_lang)
       if language:  # the paper's tokenized BLEU, a different number (README)
         paper = bleu.paper_bleu(hyps, refs, language=language)
         print(f"tokenized BLEU (as in the paper) = {paper.score:.2f}  "
@@ -145,9 +145,7 @@ def _read_source_and_reference(decode_hp):
       raise app.UsageError(str(e)) from None
     label = source
     if not reference:
-      reference = (problem.gold_trees_file(FLAGS.data_dir, split)
-                   if hasattr(problem, "gold_trees_file")
-                   else problem.text_file(FLAGS.data_dir, split, "targets"))
+      reference = problem.reference_file(FLAGS.data_dir, split)
       if not os.path.isfile(reference):
         raise app.UsageError(
             f"--data_dir={FLAGS.data_dir} has no {split} reference of {problem.name} "

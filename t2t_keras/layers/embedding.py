@@ -12,6 +12,8 @@ import math
 import keras
 import tensorflow as tf
 
+from data_gen.text_encoder import PAD_ID
+
 
 def get_timing_signal_1d(length, channels: int, min_timescale: float = 1.0,
                          max_timescale: float = 1.0e4, start_index=0,
@@ -170,7 +172,7 @@ class SymbolModality(keras.layers.Layer):
     x = tf.gather(table, ids)
     if self.multiply_embedding_mode == "sqrt_depth":
       x *= tf.cast(self.hidden_size ** 0.5, x.dtype)
-    return x * tf.cast(tf.not_equal(ids, 0), x.dtype)[..., None]
+    return x * tf.cast(tf.not_equal(ids, PAD_ID), x.dtype)[..., None]
 
   def logits(self, x):
     table = tf.cast(tf.convert_to_tensor(self.weights_var), x.dtype)
