@@ -17,6 +17,7 @@ import sys
 import pytest
 import tensorflow as tf
 
+from tests.cli_in_process import run_cli
 from tests.tiny_problem import make_tiny_problem
 from t2t_keras import checkpoints, experiment, run_dir
 from t2t_keras.hparams import create_hparams
@@ -184,21 +185,6 @@ def test_stop_is_recorded_and_run_json_still_matches(run):
 
 # -- CLI settings: refused before anything is written, in one line -------------------------
 
-def _cli(module, argv, capsys):
-  """Runs a CLI's run() in this process; returns (exit code, stderr)."""
-  from absl import flags
-  import importlib
-  cli = importlib.import_module(module)
-  flags.FLAGS.unparse_flags()
-  old = sys.argv
-  sys.argv = ["prog", *argv]
-  try:
-    with pytest.raises(SystemExit) as exit_info:
-      cli.run()
-  finally:
-    sys.argv = old
-    flags.FLAGS.unparse_flags()
-  return exit_info.value.code, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag, message", [
@@ -210,7 +196,7 @@ def _cli(module, argv, capsys):
 ])
 def test_trainer_refuses_bad_settings_before_writing(tmp_path, capsys, flag, message):
   output_dir = tmp_path / "out"
-  code, err = _cli("t2t_keras.cli.trainer", [
+  code, err = run_cli("t2t_keras.cli.trainer", [
       "--problem=translate_from_files", f"--data_dir={tmp_path}", f"--output_dir={output_dir}",
       "--hparams_set=transformer_tiny", "--schedule=train", flag], capsys)
   assert code == 2 and message in err
@@ -225,7 +211,7 @@ def test_trainer_refuses_bad_settings_before_writing(tmp_path, capsys, flag, mes
 ])
 def test_decoder_refuses_bad_settings_before_decoding(tmp_path, capsys, flag, message):
   # An empty --output_dir: the decoder would fail later; these must fail first.
-  code, err = _cli("t2t_keras.cli.decoder", [
+  code, err = run_cli("t2t_keras.cli.decoder", [
       f"--data_dir={tmp_path}", f"--output_dir={tmp_path}", flag.format(tmp=tmp_path)], capsys)
   assert code == 2 and message in err
   assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -235,7 +221,7 @@ def test_decoder_refuses_bad_settings_before_decoding(tmp_path, capsys, flag, me
 def test_decoder_names_a_damaged_explicit_checkpoint_in_one_line(run, tmp_path, capsys):
   directory = run.copy(tmp_path)
   os.truncate(os.path.join(directory, "ckpt-2.data-00000-of-00001"), 10)
-  code, err = _cli("t2t_keras.cli.decoder", [
+  code, err = run_cli("t2t_keras.cli.decoder", [
       f"--data_dir={run.data_dir}", f"--output_dir={directory}",
       f"--checkpoint_path={directory}/ckpt-2", f"--decode_to_file={tmp_path}/out.txt"], capsys)
   assert code == 2 and "ckpt-2.data-00000-of-00001 has 10 bytes" in err

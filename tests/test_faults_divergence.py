@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.cli_in_process import run_cli
 from tests.tiny_problem import make_tiny_problem
 from t2t_keras import avg_checkpoints, checkpoints, errors, experiment, run_dir, training
 from t2t_keras.hparams import create_hparams
@@ -236,22 +237,6 @@ def test_decoder_default_falls_back_to_the_newest_finite_checkpoint(nan_run):
   assert len(warnings) == 1 and f"{EMBEDDING} holds NaN" in warnings[0]
 
 
-def _cli(module, argv, capsys):
-  """Runs a command's run() in this process; returns (exit status, stderr)."""
-  import importlib
-
-  from absl import flags
-  cli = importlib.import_module(module)
-  flags.FLAGS.unparse_flags()
-  old = sys.argv
-  sys.argv = ["prog", *map(str, argv)]
-  try:
-    with pytest.raises(SystemExit) as exit_info:
-      cli.run()
-  finally:
-    sys.argv = old
-    flags.FLAGS.unparse_flags()
-  return exit_info.value.code, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("module, flags", [
@@ -265,7 +250,7 @@ def test_commands_refuse_an_explicit_nan_checkpoint_naming_the_variable(
   source = tmp_path / "source.en"
   source.write_text("the cat\n", encoding="utf-8")
   nan_ckpt = os.path.join(directory, f"ckpt-{good + 1}")
-  code, err = _cli(module, [f"--output_dir={directory}", f"--data_dir={data_dir}",
+  code, err = run_cli(module, [f"--output_dir={directory}", f"--data_dir={data_dir}",
                             f"--checkpoint_path={nan_ckpt}",
                             *[f.format(src=source, tmp=tmp_path) for f in flags]], capsys)
   assert code == 2, err
@@ -278,7 +263,7 @@ def test_averager_refuses_a_nan_checkpoint_naming_it_and_the_variable(nan_run, t
                                                                       capsys):
   directory, good = nan_run
   paths = [os.path.join(directory, f"ckpt-{s}") for s in (good, good + 1)]
-  code, err = _cli("t2t_keras.cli.avg_checkpoints",
+  code, err = run_cli("t2t_keras.cli.avg_checkpoints",
                    [f"--checkpoints={','.join(paths)}", f"--output_path={tmp_path}/avg"], capsys)
   assert code == 2
   assert f"{paths[1]} has non-finite weights: {EMBEDDING} holds NaN" in _one_error_line(

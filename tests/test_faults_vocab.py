@@ -25,7 +25,8 @@ from data_gen import manifest as manifest_lib
 from data_gen import text_encoder
 from data_gen.translate_from_files import TranslateFromFiles
 from tests.test_datagen_cli import _run_in_process
-from tests.test_faults_checkpoints import HP, _cli
+from tests.cli_in_process import run_cli
+from tests.test_faults_checkpoints import HP
 from tests.tiny_problem import make_tiny_problem
 
 NAME = "translate_from_files"
@@ -61,7 +62,7 @@ def run(tmp_path_factory):
 
 
 def _cli_plain(module, argv):
-  """`_cli` without pytest's capsys (for the module fixture)."""
+  """`run_cli` without pytest's capsys (for the module fixture)."""
   from absl import flags
   import importlib
   cli = importlib.import_module(module)
@@ -117,7 +118,7 @@ def test_decoder_exporter_averager_visualizer_refuse_an_edited_vocab(run, tmp_pa
   data_dir, vocab_path, _ = _edited_copy(run, tmp_path, edit)
   run_json = os.path.join(run["run_dir"], "run.json")
   out = tmp_path / "out.txt"
-  code, err = _cli("t2t_keras.cli.decoder", [
+  code, err = run_cli("t2t_keras.cli.decoder", [
       f"--data_dir={data_dir}", f"--output_dir={run['run_dir']}",
       f"--decode_from_file={run['source']}", f"--decode_to_file={out}"], capsys)
   line = _assert_refused(code, err, run_json, vocab_path, differs)
@@ -127,18 +128,18 @@ def test_decoder_exporter_averager_visualizer_refuse_an_edited_vocab(run, tmp_pa
       size = json.load(f)["input_vocab_size"]
     assert f"size {size - 1}, the run's {size}" in line
   export_dir = tmp_path / "export"
-  code, err = _cli("t2t_keras.cli.exporter", [
+  code, err = run_cli("t2t_keras.cli.exporter", [
       f"--data_dir={data_dir}", f"--output_dir={run['run_dir']}",
       f"--export_dir={export_dir}"], capsys)
   _assert_refused(code, err, run_json, vocab_path, differs)
   assert not export_dir.exists()
   averaged = tmp_path / "avg" / "averaged.ckpt"
-  code, err = _cli("t2t_keras.cli.avg_checkpoints", [
+  code, err = run_cli("t2t_keras.cli.avg_checkpoints", [
       f"--prefix={run['run_dir']}", "--num_last_checkpoints=1", f"--output_path={averaged}",
       f"--data_dir={data_dir}"], capsys)
   _assert_refused(code, err, run_json, vocab_path, differs)
   assert not averaged.parent.exists()
-  code, err = _cli("t2t_keras.cli.visualize", [
+  code, err = run_cli("t2t_keras.cli.visualize", [
       f"--data_dir={data_dir}", f"--output_dir={run['run_dir']}", "--sentence=the cat",
       f"--plot_dir={tmp_path / 'plots'}"], capsys)
   _assert_refused(code, err, run_json, vocab_path, differs)
@@ -196,7 +197,7 @@ def test_run_of_an_older_version_warns_and_resume_records_the_hash(run, tmp_path
   legacy = {k: v for k, v in recorded.items() if k != "vocab"}
   with open(run_json, "w") as f:
     json.dump(legacy, f)
-  code, err = _cli("t2t_keras.cli.decoder", [
+  code, err = run_cli("t2t_keras.cli.decoder", [
       f"--data_dir={run['data_dir']}", f"--output_dir={run_dir}",
       f"--decode_from_file={run['source']}", f"--decode_to_file={tmp_path / 'out.txt'}"],
                    capsys)
