@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
 import bench_layer_norm  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras.layers import dense  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import bias_grad as dense  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:

@@ -28,7 +28,7 @@ cpu_setup.configure_process()  # before TensorFlow loads; bench_layer_norm print
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
 import bench_layer_norm  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras.layers import embedding  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import tied_logits as embedding  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:

@@ -24,7 +24,7 @@ import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras.layers import embedding  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import tied_logits  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def _plane(lines):
@@ -183,7 +183,7 @@ def test_tied_logits_bench_steps_return_the_same_gradients():
   dy = tf.fill([3, 5], 1.0)
   want = 5 * 1.0 + 3 * 2.0       # dx[0, 0] = sum over 5 vocab; dtable[0, 0] = sum over 3 rows
   plain = lambda a, w: tf.matmul(a, w, transpose_b=True)
-  for matmul in (plain, embedding.tied_logits_matmul):
+  for matmul in (plain, tied_logits.tied_logits_matmul):
     assert float(bench_tied_logits.make_step(matmul, x, table, dy)()) == want
   with pytest.raises(ValueError, match="--vocab must be >= 1"):
     bench_tied_logits.parse_args(["--vocab=0"])

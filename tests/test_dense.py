@@ -1,4 +1,4 @@
-"""t2t_keras.layers.dense: bias gradients in mixed bfloat16 against NumPy float64 sums.
+"""t2t_keras.perf.bias_grad: bias gradients in mixed bfloat16 against NumPy float64 sums.
 
 The expectation is the column sum, in float64, of the bfloat16 gradient that
 reaches the bias. `within_bfloat16_rounding` states the error allowed and why;
@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_keras.layers import dense as dense_lib
+from t2t_keras.perf import bias_grad
 from t2t_keras.layers.ffn import DenseReluDense
 
 # Unit roundoff of bfloat16 (8 significant bits) and of float32 (24).
@@ -96,7 +97,7 @@ def test_bias_add_gradient_is_the_float64_sum(shape):
   bias = tf.constant(bf16(rng.normal(size=shape[-1])), tf.bfloat16)
   with tf.GradientTape() as tape:
     tape.watch([x, bias])
-    y = dense_lib.bias_add(x, bias)
+    y = bias_grad.bias_add(x, bias)
   dx, dbias = tape.gradient(y, [x, bias], output_gradients=tf.constant(dy, tf.bfloat16))
   np.testing.assert_array_equal(y.numpy(), tf.nn.bias_add(x, bias).numpy())
   np.testing.assert_array_equal(tf.cast(dx, tf.float64).numpy(), dy)
@@ -107,7 +108,7 @@ def test_bias_add_gradient_is_the_float64_sum(shape):
 def test_bias_gradient_of_many_rows_stays_within_the_bound():
   # 16,384 rows: a bfloat16 accumulator would stop growing near 2^8 times its addends.
   dy = upstream(np.random.default_rng(5), rows=16384, units=32)
-  assert_within_bfloat16_rounding(dense_lib.bias_gradient(tf.constant(dy, tf.bfloat16)), dy)
+  assert_within_bfloat16_rounding(bias_grad.bias_gradient(tf.constant(dy, tf.bfloat16)), dy)
 
 
 def keras_twin(layer: dense_lib.Dense) -> keras.layers.Dense:

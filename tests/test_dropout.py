@@ -1,11 +1,12 @@
-"""Dropout with 16-bit draws (t2t_keras/layers/dropout.py) against closed-form expectations."""
+"""Dropout with 16-bit draws (t2t_keras/perf/dropout.py) against closed-form expectations."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_keras.layers import dropout as dropout_lib
+from t2t_keras.layers.dropout import Dropout
+from t2t_keras.perf import dropout as dropout_lib
 
 
 def test_threshold_is_rate_times_65536_rounded():
@@ -63,7 +64,7 @@ def test_odd_size_and_noise_shape_broadcast():
 
 
 def test_layer_identity_at_inference_gradient_is_the_mask_and_state_advances():
-  layer = dropout_lib.Dropout(0.25, seed=5)
+  layer = Dropout(0.25, seed=5)
   x = tf.random.normal([32, 16])
   np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())
   with tf.GradientTape() as tape:
@@ -78,6 +79,6 @@ def test_layer_identity_at_inference_gradient_is_the_mask_and_state_advances():
 
 
 def test_layer_keeps_keras_dropout_config_and_variables():
-  ours, theirs = dropout_lib.Dropout(0.1, seed=3, name="d"), keras.layers.Dropout(0.1, seed=3, name="d")
+  ours, theirs = Dropout(0.1, seed=3, name="d"), keras.layers.Dropout(0.1, seed=3, name="d")
   assert ours.get_config() == theirs.get_config()
   assert [v.shape for v in ours.variables] == [v.shape for v in theirs.variables]

@@ -1,4 +1,4 @@
-"""The fused layer norm (t2t_keras/layers/layer_norm.py) against NumPy float64.
+"""The fused layer norm (t2t_keras/perf/layer_norm.py) against NumPy float64.
 
 Forward: T2T's two-pass formula. Gradients: central finite differences of a
 random projection of the output, in float64, so neither side borrows from the
@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_keras.layers import layer_norm as ln_lib
+from t2t_keras.perf import layer_norm as perf_ln
 
 EPS = 1e-6
 
@@ -72,7 +73,7 @@ def test_gradients_match_finite_differences():
   xt, st, bt = (tf.constant(a, tf.float32) for a in (x, scale, bias))
   with tf.GradientTape() as tape:
     tape.watch([xt, st, bt])
-    y = ln_lib.fused_layer_norm(xt, st, bt, EPS)
+    y = perf_ln.fused_layer_norm(xt, st, bt, EPS)
     total = tf.reduce_sum(tf.constant(w, tf.float32) * y)
   dx, dscale, dbias = tape.gradient(total, [xt, st, bt])
   np.testing.assert_allclose(dx.numpy(), numeric(0), atol=1e-4, rtol=1e-3)

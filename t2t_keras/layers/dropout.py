@@ -1,18 +1,4 @@
-"""Dropout with 16-bit random draws: Keras' dropout at half the random-number cost.
-
-Keras' `Dropout` draws one uniform number per element in the input's dtype
-(TensorFlow's `stateless_dropout`). Each float32 draw costs one 32-bit Philox
-word; the generator, TensorFlow's own kernel (built for a baseline x86 ISA),
-was 12% of a mixed-bfloat16 transformer_base train step on a 2-core Sapphire
-Rapids (with the compare and select: ~20%). And a bfloat16 draw has 7 bits of
-mantissa: `uniform < 0.1` then happens with probability 13/128 = 0.1016, not
-the rate asked for.
-
-Here each 32-bit word gives two 16-bit draws: an element is kept when its draw
-`d` (uniform over 0..65535) satisfies `d >= round(rate * 65536)`, so the drop
-probability is the rate to within 2^-17 (0.1 -> 6554 / 65536 = 0.100006) in
-every dtype, for half the generator work. Kept elements are scaled by
-`1 / (1 - rate)` as in `tf.nn.dropout`, which T2T used.
+"""Dropout with 16-bit random draws (`t2t_keras.perf.dropout`).
 
 The layer subclasses Keras' `Dropout` (same config, same seed generator and
 state variable), so models and checkpoints are unchanged.
@@ -21,50 +7,12 @@ state variable), so models and checkpoints are unchanged.
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 
-_DRAW_LEVELS = 1 << 16
-
-
-def drop_threshold(rate: float) -> int:
-  """Draws below this (out of 65536) are dropped: round(rate * 65536)."""
-  if not 0.0 <= rate < 1.0:
-    raise ValueError(f"dropout rate must be in [0, 1), got {rate}.")
-  return int(round(rate * _DRAW_LEVELS))
-
-
-def keep_mask(shape, rate: float, seed: tf.Tensor) -> tf.Tensor:
-  """Bool mask of `shape`, True with probability 1 - rate (to within 2^-17).
-
-  Args:
-    shape: 1-D int32 shape tensor (or list).
-    rate: drop probability in [0, 1).
-    seed: int32 `[2]` stateless seed.
-  """
-  size = tf.reduce_prod(shape)
-  words = tf.random.stateless_uniform([(size + 1) // 2], seed, minval=None, maxval=None,
-                                      dtype=tf.uint32)
-  draws = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:size]
-  return tf.reshape(draws >= tf.constant(drop_threshold(rate), tf.uint16), shape)
-
-
-def dropout(x: tf.Tensor, rate: float, seed: tf.Tensor, noise_shape=None) -> tf.Tensor:
-  """`x` with elements zeroed with probability `rate`, the rest scaled by 1 / (1 - rate).
-
-  Args:
-    x: any float tensor, e.g. `[batch, length, depth]`.
-    seed: int32 `[2]` stateless seed.
-    noise_shape: optional shape broadcastable to `x`'s (shared mask entries).
-  """
-  shape = tf.shape(x) if noise_shape is None else noise_shape
-  keep = keep_mask(shape, rate, seed)
-  # One multiply by a 0 / (1 / (1 - rate)) mask, forward and backward.
-  mask = tf.where(keep, tf.constant(1.0 / (1.0 - rate), x.dtype), tf.constant(0.0, x.dtype))
-  return x * mask
+from t2t_keras.perf import dropout
 
 
 class Dropout(keras.layers.Dropout):
-  """`keras.layers.Dropout` drawing 16-bit random numbers (see the module docstring).
+  """`keras.layers.Dropout` computed by `perf.dropout.dropout_layer`.
 
   Call arguments:
     inputs: any shape, e.g. `[batch, length, depth]`.
@@ -72,12 +20,4 @@ class Dropout(keras.layers.Dropout):
   """
 
   def call(self, inputs, training=False):
-    if not training or self.rate <= 0:
-      return inputs
-    # SeedGenerator keeps an int64 state; stateless ops (and XLA) take int32.
-    seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1), tf.int32)
-    noise_shape = None
-    if self.noise_shape is not None:
-      noise_shape = [tf.shape(inputs)[i] if d is None else d
-                     for i, d in enumerate(self.noise_shape)]
-    return dropout(inputs, self.rate, seed, noise_shape)
+    return dropout.dropout_layer(self, inputs, training)

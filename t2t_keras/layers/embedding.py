@@ -2,7 +2,8 @@
 
 T2T's "symbol modality" (`layers/modalities.py`): one `[vocab, hidden]` matrix
 initialized N(0, hidden^-0.5), rows gathered and multiplied by sqrt(hidden), PAD
-(id 0) rows zeroed, and the same matrix transposed (no bias) for the logits.
+(id 0) rows zeroed, and the same matrix transposed (no bias) for the logits
+(`t2t_keras.perf.tied_logits`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from data_gen.text_encoder import PAD_ID
+from t2t_keras.perf.tied_logits import tied_logits_matmul
 
 
 def get_timing_signal_1d(length, channels: int, min_timescale: float = 1.0,
@@ -107,33 +109,6 @@ class PositionEmbedding(keras.layers.Layer):
     config.update(pos=self.pos, max_length=self.max_length,
                   min_timescale=self.min_timescale, max_timescale=self.max_timescale)
     return config
-
-
-@tf.custom_gradient
-def _logits_matmul_transposed_grad(x, table):
-  def grad(dy):
-    # dy·table, and the table's gradient (dyᵀ·x) as the transpose of xᵀ·dy.
-    return tf.matmul(dy, table), tf.transpose(tf.matmul(x, dy, transpose_a=True))
-  return tf.matmul(x, table, transpose_b=True), grad
-
-
-def tied_logits_matmul(x: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
-  """x·tableᵀ: `[rows, hidden]` x `[vocab, hidden]` -> `[rows, vocab]`.
-
-  The same product and gradients as `tf.matmul(x, table, transpose_b=True)`.
-  In float32 the table's gradient is computed as (xᵀ·dy)ᵀ rather than
-  TensorFlow's dyᵀ·x, whose left operand oneDNN's float32 kernel reads
-  transposed, slowly at 32,768 rows: forward + backward at 2048 x 512 x 32,768
-  took 392.5 against 518.5 ms (`bench/bench_tied_logits.py`, AMD EPYC Zen 5),
-  and the float32 transformer_base train step ran 1.056x faster (median of 24
-  paired timings); alone at 2048 x 128 x 8,192 and 2048 x 512 x 8,192 it
-  measured 1.03x and 1.06x. bfloat16 keeps TensorFlow's gradient (there the
-  swap made the step 0.986x), and so do depths over 512, where the swap
-  measured 0.97-0.98x (2048 x 1024 x 32,768, transformer_big's shape).
-  """
-  if x.dtype == tf.float32 and x.shape[-1] is not None and x.shape[-1] <= 512:
-    return _logits_matmul_transposed_grad(x, table)
-  return tf.matmul(x, table, transpose_b=True)
 
 
 class SymbolModality(keras.layers.Layer):

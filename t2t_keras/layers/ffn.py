@@ -87,11 +87,7 @@ class LayerPrepostprocess(keras.layers.Layer):
     for i, op in enumerate(self.sequence):
       if op == "n":
         # An attribute per norm: TF checkpoints do not follow Keras' list wrappers.
-        # Scale and offset stay float32 in a model whose weights are bfloat16:
-        # Keras never autocasts them, so it computes as its mixed-precision twin.
-        policy = ("mixed_bfloat16" if self.dtype_policy.name == "bfloat16" else
-                  self.dtype_policy)
-        norm = LayerNorm(epsilon=self.epsilon, name=f"layer_norm_{i}", dtype=policy)
+        norm = LayerNorm(epsilon=self.epsilon, name=f"layer_norm_{i}", dtype=self.dtype_policy)
         norm.build(input_shape)
         setattr(self, f"layer_norm_{i}", norm)
     self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)

@@ -11,7 +11,7 @@ its own; the CPU classes are those of `docs/performance.md`.
 | case (function) | applies when | measured gain | benchmark |
 |---|---|---|---|
 | `layer_norm.fused_layer_norm`: T2T's layer norm as one XLA kernel forward and one hand-written backward | training (`training=True`), any dtype | forward + backward at 64×32×512: float32 1.42×, mixed bfloat16 1.20× (Zen 5) | `bench/bench_layer_norm.py` |
-| `tied_logits.tied_logits_matmul`: the shared embedding's softmax gradient as `x^T·dy`, no transpose of the table | float32, shared embedding and softmax | forward + backward at 2048×512×32,768: 1.32× (Zen 5) | `bench/bench_tied_logits.py` |
+| `tied_logits.tied_logits_matmul`: the shared embedding's softmax gradient as `x^T·dy`, no transpose of the table | float32, hidden ≤ 512, shared embedding and softmax | forward + backward at 2048×512×32,768: 1.32× (Zen 5) | `bench/bench_tied_logits.py` |
 | `bias_grad.bias_add`: `Dense`'s bias gradient summed with float32 accumulation | bfloat16 compute dtype, training | accuracy: largest error 0.33 → 0.0034 of the column sum (bfloat16's rounding 0.0039); 0.27 against 0.44 ms at 2048×512 (Zen 4) | `bench/bench_bias_grad.py` |
 | `dropout.dropout`: two 16-bit draws per 32-bit random word | training with a dropout rate > 0 | half the random-number work (the generator was 12% of a mixed bfloat16 transformer_base step, AMX); rate exact to 2^-17 in bfloat16 | `bench/bench_train.py` |
 | `buffers.new_buffer`, `buffers.write_rows`: decoding's key/value buffers written in place | cached decoding in a graph (not eager, not XLA) | no copy of the buffers per step | `bench/bench_decode.py` |
