@@ -45,6 +45,7 @@ from t2t_keras.layers.dropout import Dropout
 from t2t_keras.layers.embedding import SymbolModality
 from t2t_keras.layers.layer_norm import LayerNorm
 from t2t_keras.model import Transformer
+from t2t_keras.perf import xent
 from tests.tiny_problem import make_tiny_problem
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -143,6 +144,40 @@ def test_under_the_switch_each_layer_traces_stock_ops_only(monkeypatch, case):
   plain_ops, plain_compiled = traced_ops(ours, x, weights)
   assert set(plain_ops) == set(stock_ops), (case, set(plain_ops) ^ set(stock_ops))
   assert not plain_compiled and "IdentityN" not in plain_ops and "Bitcast" not in plain_ops
+
+
+def test_under_the_switch_the_loss_is_t2ts_stock_cross_entropy(monkeypatch):
+  """perf.xent: without the switch an XLA kernel and a hand-written gradient; with it
+  T2T's `softmax_cross_entropy_with_logits` against smoothed one-hot targets. Both
+  give the same values and gradients to float32 rounding."""
+  logits = tf.random.stateless_normal([3, 5, 11], [0, 2]) * 4.0
+  labels = tf.constant(np.random.default_rng(1).integers(0, 11, [3, 5]), tf.int32)
+  confidence, low = 0.9, 0.1 / 10
+
+  def run():
+    fn = lambda z: xent.smoothed_xent(z, labels, confidence, low)
+    ops, compiled = traced_ops(fn, logits, [])
+    with tf.GradientTape() as tape:
+      tape.watch(logits)
+      value = fn(logits)
+      loss = tf.reduce_sum(value * tf.range(1.0, 16.0)[None, :5])
+    return ops, compiled, value.numpy(), tape.gradient(loss, logits).numpy()
+
+  monkeypatch.setenv(perf.PLAIN_OPS_ENV, "0")
+  _, special_compiled, special_value, special_grad = run()
+  monkeypatch.setenv(perf.PLAIN_OPS_ENV, "1")
+  plain_ops, plain_compiled, plain_value, plain_grad = run()
+  assert special_compiled and not plain_compiled and "IdentityN" not in plain_ops
+  assert "SoftmaxCrossEntropyWithLogits" in plain_ops
+  # Independent: -sum(t * log_softmax(z)) in float64.
+  z = logits.numpy().astype(np.float64)
+  t = np.where(np.arange(11) == labels.numpy()[..., None], confidence, low)
+  log_p = z - np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True)) - z.max(
+      -1, keepdims=True)
+  want = -(t * log_p).sum(-1)
+  np.testing.assert_allclose(special_value, want, rtol=1e-5)
+  np.testing.assert_allclose(plain_value, want, rtol=1e-5)
+  np.testing.assert_allclose(plain_grad, special_grad, rtol=1e-5, atol=1e-6)
 
 
 def test_plain_dropout_is_keras_dropout_with_the_same_seed_and_keeps_the_rate(monkeypatch):
