@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from t2t_keras.hparams import (LEARNING_RATE_FACTORS, LEGACY_DECAY_SCHEMES, HParams,
                                schedule_factors)
+from t2t_keras.perf import adam
 
 FACTORS = LEARNING_RATE_FACTORS
 
@@ -126,32 +127,12 @@ class T2TLearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 class FusedAdam(keras.optimizers.Adam):
-  """Keras Adam whose per-variable update is TensorFlow's fused ApplyAdam kernel.
-
-  Keras's update is a dozen element-wise ops per variable, each allocating a
-  temporary the size of the variable (the 32k x 512 embedding included); the
-  fused kernel updates m, v and the variable in place in one pass. It is the
-  kernel T2T's tf.train.AdamOptimizer ran, with the same formula as Keras's:
-  m += (g - m)(1 - β1), v += (g² - v)(1 - β2),
-  w -= lr·sqrt(1 - β2^t)/(1 - β1^t)·m / (sqrt(v) + ε).
-  Other backends, AMSGrad and sparse gradients take Keras's own update.
-  """
+  """Keras' Adam whose per-variable update is TensorFlow's fused ApplyAdam kernel
+  (`t2t_keras.perf.adam`), the kernel T2T's `tf.train.AdamOptimizer` ran."""
 
   def update_step(self, gradient, variable, learning_rate):
-    if (keras.backend.backend() != "tensorflow" or self.amsgrad or
-        isinstance(gradient, tf.IndexedSlices) or not hasattr(variable, "handle")):
-      return super().update_step(gradient, variable, learning_rate)
-    dtype = variable.dtype
-    index = self._get_variable_index(variable)
-    step = tf.cast(self.iterations + 1, dtype)
-    beta_1 = tf.cast(self.beta_1, dtype)
-    beta_2 = tf.cast(self.beta_2, dtype)
-    tf.raw_ops.ResourceApplyAdam(
-        var=variable.handle, m=self._momentums[index].handle,
-        v=self._velocities[index].handle, beta1_power=tf.pow(beta_1, step),
-        beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype),
-        beta1=beta_1, beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype),
-        grad=tf.cast(gradient, dtype), use_locking=False)
+    if not adam.fused_adam_update(self, gradient, variable, learning_rate):
+      super().update_step(gradient, variable, learning_rate)
 
 
 class ReducedAdam(FusedAdam):

@@ -45,6 +45,7 @@ from t2t_keras.layers.dropout import Dropout
 from t2t_keras.layers.embedding import SymbolModality
 from t2t_keras.layers.layer_norm import LayerNorm
 from t2t_keras.model import Transformer
+from t2t_keras.optimization import FusedAdam
 from t2t_keras.perf import xent
 from tests.tiny_problem import make_tiny_problem
 
@@ -178,6 +179,36 @@ def test_under_the_switch_the_loss_is_t2ts_stock_cross_entropy(monkeypatch):
   np.testing.assert_allclose(special_value, want, rtol=1e-5)
   np.testing.assert_allclose(plain_value, want, rtol=1e-5)
   np.testing.assert_allclose(plain_grad, special_grad, rtol=1e-5, atol=1e-6)
+
+
+def test_under_the_switch_adam_is_keras_adam(monkeypatch):
+  """perf.adam: TensorFlow's fused ApplyAdam without the switch, Keras' update with it;
+  three steps agree with a NumPy Adam (T2T's formula) either way."""
+  rng = np.random.default_rng(4)
+  grads = [rng.normal(size=[3, 4]).astype(np.float32) for _ in range(3)]
+  start = rng.normal(size=[3, 4]).astype(np.float32)
+  lr, b1, b2, eps = 0.01, 0.9, 0.98, 1e-9
+  m, v, want = np.zeros_like(start, np.float64), np.zeros_like(start, np.float64), start.astype(
+      np.float64)
+  for t, g in enumerate(grads, 1):
+    m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+    want = want - lr * np.sqrt(1 - b2**t) / (1 - b1**t) * m / (np.sqrt(v) + eps)
+  got = {}
+  for value in ("0", "1"):
+    monkeypatch.setenv(perf.PLAIN_OPS_ENV, value)
+    var = keras.Variable(start)
+    opt = FusedAdam(learning_rate=lr, beta_1=b1, beta_2=b2, epsilon=eps)
+    opt.build([var])
+    step = tf.function(lambda g: opt.apply_gradients([(g, var)]))
+    ops = {n.op for f in step.get_concrete_function(tf.constant(grads[0])).graph.as_graph_def(
+    ).library.function for n in f.node_def} | {n.op for n in step.get_concrete_function(
+        tf.constant(grads[0])).graph.as_graph_def().node}
+    assert ("ResourceApplyAdam" in ops) == (value == "0"), ops
+    for g in grads:
+      step(tf.constant(g))
+    got[value] = var.numpy()
+  np.testing.assert_allclose(got["0"], want, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(got["1"], want, rtol=1e-5, atol=1e-6)
 
 
 def test_plain_dropout_is_keras_dropout_with_the_same_seed_and_keeps_the_rate(monkeypatch):
