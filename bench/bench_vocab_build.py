@@ -19,7 +19,8 @@ import re
 import sqlite3
 import time
 
-import harness  # noqa: F401  pylint: disable=unused-import  (puts the repository on sys.path)
+# Importing harness puts the repository on sys.path.
+import harness  # noqa: F401  pylint: disable=unused-import
 
 from data_gen import text_encoder  # pylint: disable=g-import-not-at-top
 from data_gen import tokenizer  # pylint: disable=g-import-not-at-top
