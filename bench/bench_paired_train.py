@@ -275,7 +275,7 @@ def print_summary(ratios: Dict[str, List[float]], confidence: float) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-  args = parse_args(sys.argv[1:] if argv is None else argv)
+  args = harness.parse_or_exit(parse_args, sys.argv[1:] if argv is None else argv)
   if args.pool:
     ratios = pool(args.pool, cpu_info.describe())
     print(f"pooled over {len(args.pool)} sittings: {', '.join(args.pool)}")

@@ -249,7 +249,7 @@ def print_table(samples: Dict[str, Dict[str, List[float]]], cpu: str) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-  args = parse_args(sys.argv[1:] if argv is None else argv)
+  args = harness.parse_or_exit(parse_args, sys.argv[1:] if argv is None else argv)
   cpu = cpu_info.describe()
   print(f"CPU: {cpu}", flush=True)
   print_table(run(args), cpu)

@@ -72,6 +72,17 @@ def choices(name: str, value: str, allowed: Sequence[str]) -> List[str]:
   return items
 
 
+def parse_or_exit(parse_args: Callable[[Sequence[str]], argparse.Namespace],
+                  argv: Sequence[str]) -> argparse.Namespace:
+  """`parse_args(argv)`; a `ValueError` (a flag out of range, a missing set-up) ends the
+  process with one line `<program>: error: <message>` and status 2, as argparse does."""
+  try:
+    return parse_args(argv)
+  except ValueError as e:
+    print(f"{os.path.basename(sys.argv[0])}: error: {e}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+
 def time_calls(fn: Callable[[], Any], calls: int) -> float:
   """Seconds per call of `calls` calls of `fn`, the last one's tensor read (`.numpy()`),
   so that the work has finished when the clock stops."""
