@@ -1,10 +1,10 @@
-"""The bias gradient in bfloat16: TensorFlow's `BiasAddGrad` against `dense.bias_gradient`.
+"""The bias gradient in bfloat16: TensorFlow's `BiasAddGrad` against `t2t_keras.perf.bias_grad.bias_gradient`.
 
 For each shape of transformer_base's feed-forward block (`[rows, filter_size]`
 and `[rows, hidden]`), prints the error of each bias gradient against the
 float64 column sum of the same bfloat16 gradient (largest error over the
 largest sum; bfloat16's own rounding is 2^-8 = 0.0039), and their times
-(median of alternating rounds, `bench_layer_norm.time_pair`), under the CPU model.
+(median of alternating rounds, `harness.time_pair`), under the CPU model.
 
 Run:
   .venv/bin/python bench/bench_bias_grad.py
@@ -12,22 +12,17 @@ Run:
 """
 
 import argparse
-import os
 import sys
 from typing import List
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness
 
-from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
-
-cpu_setup.configure_process()  # before TensorFlow loads; bench_layer_norm prints what it did
+harness.configure_process()
 
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
-import bench_layer_norm  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras.perf import bias_grad as dense  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import bias_grad  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
@@ -40,17 +35,17 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
   args.units = [int(u) for u in args.units.split(",")]
   if any(u <= 0 for u in args.units):
     p.error(f"--units must be positive, got {args.units}")
-  return bench_layer_norm.require_positive(args, ("rows", "calls", "repeats"))
+  return harness.require_positive(args, ("rows", "calls", "repeats"))
 
 
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
-  bench_layer_norm.print_preamble(
+  harness.print_pair_header(
       f"bfloat16 [{args.rows}, units]", args.calls, args.repeats,
       f"{'units':>6} {'BiasAddGrad err':>16} {'ours err':>9} {'BiasAddGrad ms':>15} "
       f"{'ours ms':>8} {'speed-up':>9}", what="the bias gradient alone")
   grads = {"tensorflow": lambda dy: tf.raw_ops.BiasAddGrad(out_backprop=dy),
-           "ours": dense.bias_gradient}
+           "ours": bias_grad.bias_gradient}
   for units in args.units:
     # A positive mean: column sums grow with the rows, as a bfloat16 accumulator fails.
     dy = tf.cast(tf.random.stateless_normal([args.rows, units], [1, 2]) + 0.5, tf.bfloat16)
@@ -61,7 +56,7 @@ def main(argv: List[str]) -> None:
     for name, grad in grads.items():
       fn = tf.function(grad)
       steps[name] = lambda fn=fn: fn(dy)[0]
-    ms = bench_layer_norm.time_pair(steps, args.calls, args.repeats)
+    ms = harness.time_pair(steps, args.calls, args.repeats)
     print(f"{units:6d} {err['tensorflow']:16.4f} {err['ours']:9.4f} {ms['tensorflow']:15.3f} "
           f"{ms['ours']:8.3f} {ms['tensorflow'] / ms['ours']:8.2f}x", flush=True)
 

@@ -37,21 +37,15 @@ import sys
 import time
 from typing import Dict, List, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness
 
-# The commands' CPU set-up (oneDNN on), before TensorFlow loads: time what they run.
-from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
-
-PROCESS_SETUP = cpu_setup.configure_process()
+harness.configure_process()  # as the commands do, before TensorFlow loads
 
 import keras  # noqa: E402  pylint: disable=g-import-not-at-top
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from bench_train import make_peak_probe  # noqa: E402  pylint: disable=g-import-not-at-top
 from data_gen.text_encoder import EOS_ID  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import decoding  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -95,25 +89,16 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
   p.add_argument("--peak_size", type=int, default=1024,
                  help="n of the n*n*n matmuls timing the matmul peak (worst case)")
   args = p.parse_args(argv)
-  for name in ("repeats", "batch", "beam_size", "worst_length", "vocab_size"):
-    if getattr(args, name) < 1:
-      raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}.")
+  harness.require_positive(args, ("repeats", "batch", "beam_size", "worst_length",
+                                  "vocab_size"))
   if args.mg_sentences_per_s < 0:
     raise ValueError(f"--mg_sentences_per_s must be >= 0, got {args.mg_sentences_per_s}.")
-  args.cases = _choices("cases", args.cases, ("worst", "test"))
-  args.dtypes = _choices("dtypes", args.dtypes, ("float32", "bfloat16"))
-  args.modes = _choices("modes", args.modes, MODES)
-  args.worst_modes = (_choices("worst_modes", args.worst_modes, MODES)
+  args.cases = harness.choices("cases", args.cases, ("worst", "test"))
+  args.dtypes = harness.choices("dtypes", args.dtypes, ("float32", "bfloat16"))
+  args.modes = harness.choices("modes", args.modes, MODES)
+  args.worst_modes = (harness.choices("worst_modes", args.worst_modes, MODES)
                       if args.worst_modes else args.modes)
   return args
-
-
-def _choices(name: str, value: str, allowed: Tuple[str, ...]) -> List[str]:
-  items = [v.strip() for v in value.split(",") if v.strip()]
-  bad = [v for v in items if v not in allowed]
-  if bad or not items:
-    raise ValueError(f"--{name} entries must be among {allowed}, got {value!r}.")
-  return items
 
 
 def set_dtype(dtype: str) -> None:
@@ -216,21 +201,18 @@ def worst_case_peak_fraction(model, args, mode: str, seconds: float, peak: float
 
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
-  print(cpu_info.describe())
-  print(f"process set-up (t2t_keras.cpu_setup): {PROCESS_SETUP}")
-  print(f"TensorFlow {tf.__version__}; repeats={args.repeats}, batch={args.batch}, "
-        f"beam={args.beam_size}, alpha={args.alpha}, extra_length={args.extra_length}")
+  harness.print_header(f"repeats={args.repeats}, batch={args.batch}, beam={args.beam_size}, "
+                       f"alpha={args.alpha}, extra_length={args.extra_length}")
   header = (f"{'case':6} {'dtype':9} {'mode':22} {'sent/s':>8} {'tok/s':>8} "
             f"{'tok/sent':>8} {'sec/run':>8} {'warmup s':>8} {'x ModelGarden':>13} "
             f"{'GFLOP/s':>7} {'peak':>5}")
-  print(header)
-  print("-" * len(header))
+  harness.print_table_header(header)
   peaks, results = {}, []
   for case in args.cases:
     for dtype in args.dtypes:
       model, batches = (worst_case if case == "worst" else test_case)(args, dtype)
       if case == "worst" and dtype not in peaks:
-        probe = make_peak_probe(tf.as_dtype(dtype), args.peak_size)
+        probe = harness.make_peak_probe(tf.as_dtype(dtype), args.peak_size)
         peaks[dtype] = max(probe() for _ in range(3))
       for mode in (args.worst_modes if case == "worst" else args.modes):
         r = time_mode(model, batches, mode, args)

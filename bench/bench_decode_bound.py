@@ -35,20 +35,17 @@ Run:
 """
 
 import argparse
-import os
 import statistics
 import sys
-import time
 from typing import Callable, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness
 
-# bench_decode sets the process up as the commands do (oneDNN on) before TensorFlow loads.
+harness.configure_process()  # as the commands do, before TensorFlow loads
+
 import bench_decode  # noqa: E402  pylint: disable=g-import-not-at-top
-from bench_layer_norm import require_positive  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import decoding  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -76,8 +73,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
                  help="calls of each decode and matmul set timed per round (more for small models)")
   p.add_argument("--target", type=float, default=1.5, help="bfloat16 / float32 speed-up asked")
   args = p.parse_args(argv)
-  require_positive(args, ("vocab_size", "batch", "beam_size", "worst_length", "rounds",
-                          "calls", "target"))
+  harness.require_positive(args, ("vocab_size", "batch", "beam_size", "worst_length",
+                                  "rounds", "calls", "target"))
   if args.extra_length < 0:
     raise ValueError(f"--extra_length must be >= 0, got {args.extra_length}.")
   return args
@@ -191,19 +188,9 @@ def nonmatmul_budget(t32: float, m16: float, target: float) -> float:
   return t32 / target - m16
 
 
-def _time(fn: Callable[[], tf.Tensor], calls: int) -> float:
-  start = time.perf_counter()
-  for _ in range(calls - 1):
-    fn()
-  fn().numpy()
-  return (time.perf_counter() - start) / calls
-
-
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
-  print(cpu_info.describe())
-  print(f"process set-up (t2t_keras.cpu_setup): {bench_decode.PROCESS_SETUP}; TensorFlow "
-        f"{tf.__version__}")
+  harness.print_header()
   hp = hparams_lib.create_hparams(args.hparams_set)
   steps = args.worst_length + args.extra_length
   flops = flops_lib.decode_flops(hp, args.vocab_size, args.batch, args.worst_length, steps,
@@ -244,16 +231,15 @@ def main(argv: List[str]) -> None:
         f"time allowed for {args.target}x; now = T32 - M32, float32's;\n'bf16 decode' = "
         "T32 / the measured mixed-bfloat16 decode without XLA; 'bf16 rest' = that decode's\n"
         "time minus its own kernel's bfloat16 matmuls (its non-matmul work)")
-  print(header)
-  print("-" * len(header))
+  harness.print_table_header(header)
   rows = []
   for r in range(args.rounds):
     order = [label for label, _, _ in DECODES]
     if r % 2:
       order.reverse()
-    decode_s = {label: _time(decoders[label], args.calls) for label in order}
+    decode_s = {label: harness.time_calls(decoders[label], args.calls) for label in order}
     labels = [label for label, _, _ in KERNELS]
-    matmul_s = {label: _time(sets[label]["decode"], args.calls)
+    matmul_s = {label: harness.time_calls(sets[label]["decode"], args.calls)
                 for label in (labels if r % 2 == 0 else labels[::-1])}
     f32_mode = min(("float32 xla", "float32 graph"), key=lambda m: decode_s[m])
     t32, m32 = decode_s[f32_mode], matmul_s[f32_mode]

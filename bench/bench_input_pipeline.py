@@ -15,13 +15,14 @@ Run:
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
-import numpy as np
+import harness
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+harness.configure_process()  # as the commands do, before TensorFlow loads
+
+import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
@@ -91,6 +92,7 @@ def main() -> None:
   parser.add_argument("--vocab_size", type=int, default=8192)
   parser.add_argument("--model_steps", type=int, default=3, help="0 skips the model timing")
   args = parser.parse_args()
+  harness.print_header()
 
   from t2t_keras import hparams as hparams_lib  # pylint: disable=g-import-not-at-top
   hp = hparams_lib.create_hparams(args.hparams_set)

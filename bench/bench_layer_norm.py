@@ -14,22 +14,16 @@ Run:
 """
 
 import argparse
-import os
-import statistics
 import sys
-import time
-from typing import Callable, Dict, List
+from typing import Callable, List
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness
 
-from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
-
-PROCESS_SETUP = cpu_setup.configure_process()
+harness.configure_process()
 
 import keras  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.layers import layer_norm  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
@@ -40,15 +34,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
   p.add_argument("--depth", type=int, default=512)
   p.add_argument("--calls", type=int, default=20, help="calls per timed round")
   p.add_argument("--repeats", type=int, default=9, help="alternating rounds (median taken)")
-  return require_positive(p.parse_args(argv), ("batch", "length", "depth", "calls", "repeats"))
-
-
-def require_positive(args: argparse.Namespace, names) -> argparse.Namespace:
-  """`args`, after checking that each flag in `names` is at least 1."""
-  for name in names:
-    if getattr(args, name) < 1:
-      raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}.")
-  return args
+  return harness.require_positive(p.parse_args(argv),
+                                  ("batch", "length", "depth", "calls", "repeats"))
 
 
 def make_step(norm: keras.layers.Layer, x: tf.Tensor, dy: tf.Tensor) -> Callable[[], tf.Tensor]:
@@ -65,38 +52,10 @@ def make_step(norm: keras.layers.Layer, x: tf.Tensor, dy: tf.Tensor) -> Callable
   return step
 
 
-def time_pair(steps: Dict[str, Callable[[], tf.Tensor]], calls: int,
-              repeats: int) -> Dict[str, float]:
-  """Median ms per call of each step, the steps alternating round by round."""
-  for step in steps.values():
-    step().numpy()  # trace + compile
-  rounds = {name: [] for name in steps}
-  for r in range(repeats):
-    order = list(steps) if r % 2 == 0 else list(steps)[::-1]
-    for name in order:
-      start = time.perf_counter()
-      for _ in range(calls - 1):
-        steps[name]()
-      steps[name]().numpy()
-      rounds[name].append((time.perf_counter() - start) / calls * 1e3)
-  return {name: statistics.median(v) for name, v in rounds.items()}
-
-
-def print_preamble(shape: str, calls: int, repeats: int, header: str,
-                   what: str = "forward + backward") -> None:
-  """The CPU, the process set-up and what is timed, then the table's header."""
-  print(cpu_info.describe())
-  print(f"process set-up (t2t_keras.cpu_setup): {PROCESS_SETUP}; TensorFlow "
-        f"{tf.__version__}; {shape}, {what}, median of {repeats} alternating "
-        f"rounds of {calls} calls")
-  print(header)
-  print("-" * len(header))
-
-
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
-  print_preamble(f"[{args.batch}, {args.length}, {args.depth}]", args.calls, args.repeats,
-                 f"{'dtype':16} {'Keras ms':>9} {'fused ms':>9} {'speed-up':>9}")
+  harness.print_pair_header(f"[{args.batch}, {args.length}, {args.depth}]", args.calls,
+                            args.repeats, f"{'dtype':16} {'Keras ms':>9} {'fused ms':>9} {'speed-up':>9}")
   shape = [args.batch, args.length, args.depth]
   for policy, dtype in (("float32", tf.float32), ("mixed_bfloat16", tf.bfloat16)):
     x = tf.cast(tf.random.stateless_normal(shape, [1, 2]), dtype)
@@ -107,7 +66,7 @@ def main(argv: List[str]) -> None:
     for name, norm in norms.items():
       norm.build(shape)
       steps[name] = make_step(norm, x, dy)
-    ms = time_pair(steps, args.calls, args.repeats)
+    ms = harness.time_pair(steps, args.calls, args.repeats)
     print(f"{policy:16} {ms['keras']:9.3f} {ms['fused']:9.3f} "
           f"{ms['keras'] / ms['fused']:8.2f}x", flush=True)
 

@@ -22,21 +22,15 @@ Run:
 """
 
 import argparse
-import os
-import statistics
 import sys
-import time
-from typing import Callable, List, Tuple
+from typing import List, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness
 
-from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
-
-PROCESS_SETUP = cpu_setup.configure_process()
+harness.configure_process()
 
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 
 # (label, rows, depth, columns, transpose_b)
 SHAPES: Tuple[Tuple[str, int, int, int, bool], ...] = (
@@ -60,19 +54,6 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
   return args
 
 
-def time_ms(fn: Callable[[], tf.Tensor], calls: int, repeats: int) -> float:
-  """Median milliseconds per call of `fn` (one scalar fetched per round)."""
-  fn().numpy()
-  rounds = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    for _ in range(calls - 1):
-      fn()
-    fn().numpy()
-    rounds.append((time.perf_counter() - start) / calls * 1e3)
-  return statistics.median(rounds)
-
-
 def _probe(x, w, transpose_b):
   # One scalar out, so that the output copy is not timed; the matmul cannot be skipped.
   y = tf.matmul(x, w, transpose_b=transpose_b)
@@ -85,7 +66,7 @@ def matmul_ms(rows: int, depth: int, cols: int, transpose_b: bool, dtype: tf.DTy
   w_shape = [cols, depth] if transpose_b else [depth, cols]
   w = tf.cast(tf.random.stateless_normal(w_shape, [3, 4]) / depth ** 0.5, dtype)
   fn = tf.function(lambda: _probe(x, w, transpose_b), jit_compile=jit)
-  return time_ms(fn, args.calls, args.repeats)
+  return harness.time_ms(fn, args.calls, args.repeats)
 
 
 def qkv_ms(dtype: tf.DType, fused: bool, args) -> float:
@@ -98,18 +79,15 @@ def qkv_ms(dtype: tf.DType, fused: bool, args) -> float:
     fn = tf.function(lambda: _probe(x, w_cat, False))
   else:
     fn = tf.function(lambda: tf.add_n([_probe(x, w, False) for w in ws]))
-  return time_ms(fn, args.calls, args.repeats)
+  return harness.time_ms(fn, args.calls, args.repeats)
 
 
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
-  print(cpu_info.describe())
-  print(f"process set-up (t2t_keras.cpu_setup): {PROCESS_SETUP}; TensorFlow "
-        f"{tf.__version__}; median of {args.repeats} rounds of {args.calls} calls")
+  harness.print_header(f"median of {args.repeats} rounds of {args.calls} calls")
   header = (f"{'shape':38} {'kernel':7} {'f32 ms':>8} {'GFLOP/s':>8} {'bf16 ms':>8} "
             f"{'GFLOP/s':>8} {'bf16/f32':>8}")
-  print(header)
-  print("-" * len(header))
+  harness.print_table_header(header)
   for label, rows, depth, cols, transpose_b in SHAPES:
     flop = 2.0 * rows * depth * cols
     for jit in (False, True):

@@ -9,11 +9,11 @@ after warm-up, and the step times.
 """
 
 import argparse
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness
+
+harness.configure_process()  # as the commands do, before TensorFlow loads
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -62,6 +62,7 @@ def main():
   for mode in ("none", "bfloat16"):
     keras.utils.set_random_seed(1)  # same dropout seeds
     curves[mode] = train_curve(mode, hp, spec, pattern, args.steps, init, args.every)
+  harness.print_header()
   print(f"transformer_tiny ({args.hparams}) on {args.problem}, {args.steps} steps")
   print(f"{'step':>6} {'float32':>10} {'bfloat16':>10} {'rel. gap':>9}")
   gaps = []

@@ -53,12 +53,16 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import bench_train  # noqa: E402  (sets the process up for our commands before TensorFlow loads)
-import bench_vs_model_garden
-import mg_train_worker
+import harness
 
-from data_gen import file_io
-from t2t_keras import cpu_info
+harness.configure_process()  # as the commands do, before TensorFlow loads
+
+import bench_train  # noqa: E402  pylint: disable=g-import-not-at-top
+import bench_vs_model_garden  # noqa: E402  pylint: disable=g-import-not-at-top
+import mg_train_worker  # noqa: E402  pylint: disable=g-import-not-at-top
+
+from data_gen import file_io  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -87,11 +91,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   if args.pool:
     args.pool = [f.strip() for f in args.pool.split(",") if f.strip()]
     return args
-  args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-  if not args.configs or set(args.configs) - set(bench_train.CONFIGS):
-    raise ValueError(f"--configs must be among {bench_train.CONFIGS}, got {args.configs}.")
-  if args.steps < 1:
-    raise ValueError(f"--steps must be >= 1, got {args.steps}.")
+  args.configs = harness.choices("configs", args.configs, bench_train.CONFIGS)
+  harness.require_positive(args, ("steps",))
   median_interval([1.0] * args.pairs, args.confidence)  # too few pairs fail here, not later
   bench_vs_model_garden.check_anchors(args.anchors, ("anchor_model_garden.py",))
   args.anchor = os.path.join(args.anchors, "anchor_model_garden.py")
@@ -274,13 +275,13 @@ def print_summary(ratios: Dict[str, List[float]], confidence: float) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-  args = parse_args(sys.argv[1:] if argv is None else argv)
+  args = harness.parse_or_exit(parse_args, sys.argv[1:] if argv is None else argv)
   if args.pool:
     ratios = pool(args.pool, cpu_info.describe())
     print(f"pooled over {len(args.pool)} sittings: {', '.join(args.pool)}")
     print_summary(ratios, args.confidence)
     return
-  print(f"CPU: {cpu_info.describe()}", flush=True)
+  harness.print_header()
   ratios = run(args)
   if args.ratios_out:
     write_ratios(args.ratios_out, ratios, cpu_info.describe(), library_tree())

@@ -10,13 +10,14 @@ Prints latency p50/p95 at batch 1 and throughput (sentences/s) at batch 32.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness
+
+harness.configure_process()  # as the commands do, before TensorFlow loads
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", None, "A trained run (default: a random-weight model).")
@@ -101,6 +102,7 @@ def main(argv):
     }
     single = [[s] for s in _sentences(FLAGS.latency_requests, seed=1)]
     big = [_sentences(32, seed=10 + i) for i in range(FLAGS.throughput_batches)]
+    harness.print_header()
     print(f"model: {'trained ' + FLAGS.output_dir if FLAGS.output_dir else 'random tiny'}, "
           f"decode_hparams: {FLAGS.decode_hparams}, export {export_secs:.1f}s")
     print(f"{'system':<12} {'p50 ms (b=1)':>13} {'p95 ms (b=1)':>13} {'sent/s (b=32)':>14}")

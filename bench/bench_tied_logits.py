@@ -4,8 +4,8 @@ Times, for float32 and bfloat16, one forward and backward pass of
 `logits = x·tableᵀ` (`[rows, hidden]` x `[vocab, hidden]`, the shared softmax of
 transformer_base) through `tf.matmul(x, table, transpose_b=True)`, whose table
 gradient TensorFlow computes as dyᵀ·x, and through
-`t2t_keras.layers.embedding.tied_logits_matmul`, which in float32 at depths up to
-512 computes it as (xᵀ·dy)ᵀ. The two run alternately (`bench_layer_norm.time_pair`); the medians and
+`t2t_keras.perf.tied_logits.tied_logits_matmul`, which in float32 at depths up to
+512 computes it as (xᵀ·dy)ᵀ. The two run alternately (`harness.time_pair`); the medians and
 their ratio are printed under the CPU model.
 
 Run:
@@ -14,21 +14,16 @@ Run:
 """
 
 import argparse
-import os
 import sys
 from typing import Callable, List
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness
 
-from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
-
-cpu_setup.configure_process()  # before TensorFlow loads; bench_layer_norm prints what it did
+harness.configure_process()
 
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
-import bench_layer_norm  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras.perf import tied_logits as embedding  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import tied_logits  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
@@ -38,8 +33,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
   p.add_argument("--vocab", type=int, default=32768)
   p.add_argument("--calls", type=int, default=3, help="calls per timed round")
   p.add_argument("--repeats", type=int, default=9, help="alternating rounds (median taken)")
-  return bench_layer_norm.require_positive(p.parse_args(argv),
-                                          ("rows", "hidden", "vocab", "calls", "repeats"))
+  return harness.require_positive(p.parse_args(argv),
+                                  ("rows", "hidden", "vocab", "calls", "repeats"))
 
 
 def make_step(matmul: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], x: tf.Tensor,
@@ -59,7 +54,7 @@ def make_step(matmul: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], x: tf.Tensor,
 
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
-  bench_layer_norm.print_preamble(
+  harness.print_pair_header(
       f"{args.rows} x {args.hidden} x {args.vocab}", args.calls, args.repeats,
       f"{'dtype':10} {'TensorFlow ms':>14} {'ours ms':>9} {'speed-up':>9}")
   plain = lambda x, table: tf.matmul(x, table, transpose_b=True)
@@ -68,8 +63,8 @@ def main(argv: List[str]) -> None:
     table = tf.cast(tf.random.stateless_normal([args.vocab, args.hidden], [3, 4]), dtype)
     dy = tf.cast(tf.random.stateless_normal([args.rows, args.vocab], [5, 6]), dtype)
     steps = {"tensorflow": make_step(plain, x, table, dy),
-             "ours": make_step(embedding.tied_logits_matmul, x, table, dy)}
-    ms = bench_layer_norm.time_pair(steps, args.calls, args.repeats)
+             "ours": make_step(tied_logits.tied_logits_matmul, x, table, dy)}
+    ms = harness.time_pair(steps, args.calls, args.repeats)
     print(f"{dtype.name:10} {ms['tensorflow']:14.1f} {ms['ours']:9.1f} "
           f"{ms['tensorflow'] / ms['ours']:8.2f}x", flush=True)
 

@@ -20,24 +20,19 @@ Run:
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List
+from typing import Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness
 
-# The commands' CPU set-up (oneDNN on), before TensorFlow loads: time what they run.
-from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
-
-PROCESS_SETUP = cpu_setup.configure_process()
+harness.configure_process()  # as the commands do, before TensorFlow loads
 
 import keras  # noqa: E402  pylint: disable=g-import-not-at-top
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import run_dir  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -65,50 +60,11 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
   p.add_argument("--result_json", default="",
                  help="also write the rows here (bench_vs_model_garden.py reads them)")
   args = p.parse_args(argv)
-  for name in ("steps", "repeats", "batch", "length", "peak_size"):
-    if getattr(args, name) < 1:
-      raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}.")
+  harness.require_positive(args, ("steps", "repeats", "batch", "length", "peak_size"))
   if args.warmup < 0:
     raise ValueError(f"--warmup must be >= 0, got {args.warmup}.")
-  configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-  unknown = [c for c in configs if c not in CONFIGS]
-  if unknown or not configs:
-    raise ValueError(f"--configs entries must be among {CONFIGS}, got {args.configs!r}.")
-  args.configs = configs
+  args.configs = harness.choices("configs", args.configs, CONFIGS)
   return args
-
-
-# -- Peak matmul FLOP/s ---------------------------------------------------------
-
-def make_peak_probe(dtype: tf.DType, n: int, count: int = 4) -> Callable[[], float]:
-  """Returns a function timing `count` chained n*n*n matmuls; gives FLOP/s (best kernel).
-
-  Chained so that no matmul can be skipped or overlapped with another; both
-  TensorFlow's own kernel and XLA's are tried, the faster one is the peak.
-  """
-  rng = np.random.default_rng(0)
-  a = tf.constant(rng.normal(size=(n, n)) / np.sqrt(n), dtype)
-  b = tf.constant(rng.normal(size=(n, n)) / np.sqrt(n), dtype)
-
-  def chain(x, y):
-    for _ in range(count):
-      x = tf.matmul(x, y)
-    return tf.reduce_sum(tf.cast(x[:1, :1], tf.float32))
-
-  fns = [tf.function(chain), tf.function(chain, jit_compile=True)]
-  for fn in fns:  # trace and warm up
-    fn(a, b).numpy()
-  flop = 2.0 * n ** 3 * count
-
-  def probe() -> float:
-    best = 0.0
-    for fn in fns:
-      start = time.perf_counter()
-      fn(a, b).numpy()
-      best = max(best, flop / (time.perf_counter() - start))
-    return best
-
-  return probe
 
 
 # -- Model steps ------------------------------------------------------------------
@@ -160,7 +116,7 @@ def run(args) -> List[Dict[str, float]]:
   if args.inter_op_threads:
     tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
   dtypes = sorted({c.split(":")[0] for c in args.configs})
-  peaks = {d: make_peak_probe(tf.as_dtype(d), args.peak_size) for d in dtypes}
+  peaks = {d: harness.make_peak_probe(tf.as_dtype(d), args.peak_size) for d in dtypes}
   models = {}
   for config in args.configs:
     dtype, mode = config.split(":")
@@ -196,8 +152,7 @@ def print_table(args, rows: List[Dict[str, float]]) -> None:
         f"inter={tf.config.threading.get_inter_op_parallelism_threads()} (0 = default)")
   header = (f"{'dtype':<9} {'XLA':<4} {'s/step':>7} {'tokens/s':>9} {'model TFLOP/s':>14} "
             f"{'peak TFLOP/s':>13} {'MFU %':>6}")
-  print(header)
-  print("-" * len(header))
+  harness.print_table_header(header)
   for r in rows:
     print(f"{r['dtype']:<9} {'yes' if r['xla'] else 'no':<4} {r['step_s']:>7.2f} "
           f"{r['tokens_s']:>9.0f} {r['model_tflops']:>14.4f} {r['peak_tflops']:>13.4f} "
@@ -212,8 +167,7 @@ def print_table(args, rows: List[Dict[str, float]]) -> None:
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
   keras.utils.set_random_seed(0)
-  print(cpu_info.describe())
-  print(f"process set-up (t2t_keras.cpu_setup): {PROCESS_SETUP}")
+  harness.print_header()
   rows = run(args)
   print_table(args, rows)
   if args.result_json:

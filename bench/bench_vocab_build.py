@@ -17,13 +17,14 @@ import glob
 import os
 import re
 import sqlite3
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Importing harness puts the repository on sys.path.
+import harness  # noqa: F401  pylint: disable=unused-import
 
 from data_gen import text_encoder  # pylint: disable=g-import-not-at-top
 from data_gen import tokenizer  # pylint: disable=g-import-not-at-top
+from t2t_keras import cpu_info  # pylint: disable=g-import-not-at-top
 
 _DING_PATHS = ["/usr/share/trans/de-en"] + glob.glob("/tmp/*/usr/share/trans/de-en")
 _BAD_DING = ("etw.", "sth.", "jdm", "jdn", "jds", "sb", "jd.", "{", "[", " / ",
@@ -81,6 +82,7 @@ def main() -> None:
   parser.add_argument("--max_subtoken_length", type=int, default=200,
                       help="Text2TextProblem's value")
   args = parser.parse_args()
+  print(cpu_info.describe())  # no TensorFlow here: no process set-up to print
 
   lines = ding_lines() + bible_lines()
   if not lines:

@@ -60,10 +60,11 @@ import sys
 import tempfile
 from typing import Dict, List, Optional, Sequence
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+import harness
 
 from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
+
+REPO = harness.REPO
 
 ANCHORS_ENV = "T2T_KERAS_ANCHORS"
 ANCHOR_SCRIPTS = ("anchor_model_garden.py", "anchor_model_garden_decode.py")
@@ -96,14 +97,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                  help="another checkout of this project (its .venv/bin/python runs its "
                       "bench/ scripts) timed in the same rounds, labelled 'before'")
   args = p.parse_args(argv)
-  if args.rounds < 1 or args.train_steps < 1:
-    raise ValueError("--rounds and --train_steps must be >= 1.")
-  args.what = [w.strip() for w in args.what.split(",") if w.strip()]
-  if not args.what or set(args.what) - {"train", "decode"}:
-    raise ValueError(f"--what must list train and/or decode, got {args.what!r}.")
-  args.train_configs = [c.strip() for c in args.train_configs.split(",") if c.strip()]
-  if set(args.train_configs) - set(TRAIN_CONFIGS):
-    raise ValueError(f"--train_configs must be among {TRAIN_CONFIGS}.")
+  harness.require_positive(args, ("rounds", "train_steps"))
+  args.what = harness.choices("what", args.what, ("train", "decode"))
+  args.train_configs = harness.choices("train_configs", args.train_configs, TRAIN_CONFIGS)
   args.decode_modes = [m.strip() for m in args.decode_modes.split(",") if m.strip()]
   for mode in args.decode_modes:
     if len(mode.split(":")) != 4 or mode.split(":")[0] not in ("float32", "bfloat16"):
@@ -253,7 +249,7 @@ def print_table(samples: Dict[str, Dict[str, List[float]]], cpu: str) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-  args = parse_args(sys.argv[1:] if argv is None else argv)
+  args = harness.parse_or_exit(parse_args, sys.argv[1:] if argv is None else argv)
   cpu = cpu_info.describe()
   print(f"CPU: {cpu}", flush=True)
   print_table(run(args), cpu)

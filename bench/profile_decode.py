@@ -19,14 +19,15 @@ import tempfile
 import time
 from typing import Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness
 
-# The commands' CPU set-up (oneDNN on) and the worst case come from bench_decode.
+harness.configure_process()  # as the commands do, before TensorFlow loads
+
+# The worst case comes from bench_decode.
 import bench_decode  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import decoding  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 
@@ -89,10 +90,9 @@ def main(argv: List[str]) -> None:
       xspace.ParseFromString(f.read())
   totals = exclusive_times(xspace)
   total = sum(t for t, _ in totals.values())
-  print(cpu_info.describe())
-  print(f"process set-up: {bench_decode.PROCESS_SETUP}; {args.hparams_set} {args.dtype} {args.compile}: "
-        f"{args.batch / seconds:.2f} sentences/s unprofiled; exclusive op time under the "
-        f"profiler {total:.2f} s")
+  harness.print_header(f"{args.hparams_set} {args.dtype} {args.compile}: "
+                       f"{args.batch / seconds:.2f} sentences/s unprofiled; exclusive op time "
+                       f"under the profiler {total:.2f} s")
   for op_type, (t, count) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:args.top]:
     print(f"{t:8.3f} s {100 * t / total:5.1f}%  n={count:6d}  {op_type}")
 

@@ -18,6 +18,7 @@ import bench_layer_norm  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_paired_train  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_tied_logits  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_vs_model_garden  # noqa: E402  pylint: disable=g-import-not-at-top
+import harness  # noqa: E402  pylint: disable=g-import-not-at-top
 import mg_train_worker  # noqa: E402  pylint: disable=g-import-not-at-top
 import profile_decode  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -164,9 +165,9 @@ def test_layer_norm_bench_alternates_and_takes_medians(monkeypatch):
       return Done()
     return step
 
-  monkeypatch.setattr(bench_layer_norm.time, "perf_counter", lambda: clock[0])
-  ms = bench_layer_norm.time_pair({"keras": fake_step("keras", 3.0),
-                                   "fused": fake_step("fused", 1.0)}, calls=2, repeats=3)
+  monkeypatch.setattr(harness.time, "perf_counter", lambda: clock[0])
+  ms = harness.time_pair({"keras": fake_step("keras", 3.0),
+                          "fused": fake_step("fused", 1.0)}, calls=2, repeats=3)
   assert ms == pytest.approx({"keras": 3.0, "fused": 1.0})
   # One untimed call each, then rounds of 2 calls, the order reversed every other round.
   assert log == ["keras", "fused"] + ["keras"] * 2 + ["fused"] * 2 + ["fused"] * 2 + \
