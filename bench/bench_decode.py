@@ -41,9 +41,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # The commands' CPU set-up (oneDNN on), before TensorFlow loads: time what they run.
-from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import process  # noqa: E402  pylint: disable=g-import-not-at-top
 
-PROCESS_SETUP = cpu_setup.configure_process()
+PROCESS_SETUP = process.configure_process()
 
 import keras  # noqa: E402  pylint: disable=g-import-not-at-top
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -217,7 +217,7 @@ def worst_case_peak_fraction(model, args, mode: str, seconds: float, peak: float
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
   print(cpu_info.describe())
-  print(f"process set-up (t2t_keras.cpu_setup): {PROCESS_SETUP}")
+  print(f"process set-up (t2t_keras.perf.process): {PROCESS_SETUP}")
   print(f"TensorFlow {tf.__version__}; repeats={args.repeats}, batch={args.batch}, "
         f"beam={args.beam_size}, alpha={args.alpha}, extra_length={args.extra_length}")
   header = (f"{'case':6} {'dtype':9} {'mode':22} {'sent/s':>8} {'tok/s':>8} "

@@ -202,7 +202,7 @@ def _time(fn: Callable[[], tf.Tensor], calls: int) -> float:
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
   print(cpu_info.describe())
-  print(f"process set-up (t2t_keras.cpu_setup): {bench_decode.PROCESS_SETUP}; TensorFlow "
+  print(f"process set-up (t2t_keras.perf.process): {bench_decode.PROCESS_SETUP}; TensorFlow "
         f"{tf.__version__}")
   hp = hparams_lib.create_hparams(args.hparams_set)
   steps = args.worst_length + args.extra_length

@@ -22,9 +22,9 @@ from typing import Callable, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import process  # noqa: E402  pylint: disable=g-import-not-at-top
 
-PROCESS_SETUP = cpu_setup.configure_process()
+PROCESS_SETUP = process.configure_process()
 
 import keras  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -86,7 +86,7 @@ def print_preamble(shape: str, calls: int, repeats: int, header: str,
                    what: str = "forward + backward") -> None:
   """The CPU, the process set-up and what is timed, then the table's header."""
   print(cpu_info.describe())
-  print(f"process set-up (t2t_keras.cpu_setup): {PROCESS_SETUP}; TensorFlow "
+  print(f"process set-up (t2t_keras.perf.process): {PROCESS_SETUP}; TensorFlow "
         f"{tf.__version__}; {shape}, {what}, median of {repeats} alternating "
         f"rounds of {calls} calls")
   print(header)

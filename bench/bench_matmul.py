@@ -3,7 +3,7 @@
 Whether bfloat16 pays, and whether XLA pays, is decided by the matmuls: TensorFlow's
 oneDNN kernels use the CPU's native bfloat16 (AVX-512 BF16, AMX) where XLA's CPU dots
 may not. This prints, for float32 and bfloat16, TensorFlow's kernel (oneDNN where
-t2t_keras.cpu_setup turns it on) and XLA's, the milliseconds and GFLOP/s of:
+t2t_keras.perf.process turns it on) and XLA's, the milliseconds and GFLOP/s of:
 
 * a large square matmul (the peak);
 * decoding's shapes: 128 rows (32 sentences x beam 4) against the 512x512
@@ -30,9 +30,9 @@ from typing import Callable, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import process  # noqa: E402  pylint: disable=g-import-not-at-top
 
-PROCESS_SETUP = cpu_setup.configure_process()
+PROCESS_SETUP = process.configure_process()
 
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
@@ -104,7 +104,7 @@ def qkv_ms(dtype: tf.DType, fused: bool, args) -> float:
 def main(argv: List[str]) -> None:
   args = parse_args(argv)
   print(cpu_info.describe())
-  print(f"process set-up (t2t_keras.cpu_setup): {PROCESS_SETUP}; TensorFlow "
+  print(f"process set-up (t2t_keras.perf.process): {PROCESS_SETUP}; TensorFlow "
         f"{tf.__version__}; median of {args.repeats} rounds of {args.calls} calls")
   header = (f"{'shape':38} {'kernel':7} {'f32 ms':>8} {'GFLOP/s':>8} {'bf16 ms':>8} "
             f"{'GFLOP/s':>8} {'bf16/f32':>8}")

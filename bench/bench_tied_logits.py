@@ -21,9 +21,9 @@ from typing import Callable, List
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import process  # noqa: E402  pylint: disable=g-import-not-at-top
 
-cpu_setup.configure_process()  # before TensorFlow loads; bench_layer_norm prints what it did
+process.configure_process()  # before TensorFlow loads; bench_layer_norm prints what it did
 
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 

@@ -29,9 +29,9 @@ from typing import Callable, Dict, List
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The commands' CPU set-up (oneDNN on), before TensorFlow loads: time what they run.
-from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import process  # noqa: E402  pylint: disable=g-import-not-at-top
 
-PROCESS_SETUP = cpu_setup.configure_process()
+PROCESS_SETUP = process.configure_process()
 
 import keras  # noqa: E402  pylint: disable=g-import-not-at-top
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -40,7 +40,7 @@ import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import run_dir  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras import precision, run_dir  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import training  # noqa: E402  pylint: disable=g-import-not-at-top
 
 CONFIGS = ("float32:eager", "float32:xla", "bfloat16:eager", "bfloat16:xla")
@@ -126,18 +126,19 @@ def synthetic_batch(batch: int, length: int, vocab: int, seed: int = 0) -> Dict[
 
 def make_trainer_probe(args, dtype: str, xla: bool):
   """Builds a Trainer under `dtype`'s policy; returns (seconds_per_step probe, step FLOPs)."""
-  training.set_mixed_precision("none" if dtype == "float32" else "bfloat16")
+  precision.set_mixed_precision("none" if dtype == "float32" else "bfloat16")
   try:
     hp = hparams_lib.create_hparams(args.hparams_set, args.hparams)
     spec = run_dir.ModelSpec(args.vocab_size, args.vocab_size)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     trainer = training.Trainer(hp, spec, strategy, jit_compile=xla)
   finally:
-    training.set_mixed_precision("none")
+    precision.set_mixed_precision("none")
   batch = synthetic_batch(args.batch, args.length, args.vocab_size)
   dataset = tf.data.Dataset.from_tensors(batch).repeat()
   iterator = iter(strategy.experimental_distribute_dataset(dataset))
   trainer.train_step(iterator)  # trace + compile
+  process.keep_freed_memory()  # as the trainer command does after its first step
   for _ in range(args.warmup):
     trainer.train_step(iterator)
   step_flops = flops_lib.training_flops(hp, args.vocab_size, args.batch, args.length,
@@ -213,7 +214,7 @@ def main(argv: List[str]) -> None:
   args = parse_args(argv)
   keras.utils.set_random_seed(0)
   print(cpu_info.describe())
-  print(f"process set-up (t2t_keras.cpu_setup): {PROCESS_SETUP}")
+  print(f"process set-up (t2t_keras.perf.process): {PROCESS_SETUP}")
   rows = run(args)
   print_table(args, rows)
   if args.result_json:
