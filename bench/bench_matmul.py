@@ -3,7 +3,7 @@
 Whether bfloat16 pays, and whether XLA pays, is decided by the matmuls: TensorFlow's
 oneDNN kernels use the CPU's native bfloat16 (AVX-512 BF16, AMX) where XLA's CPU dots
 may not. This prints, for float32 and bfloat16, TensorFlow's kernel (oneDNN where
-t2t_keras.cpu_setup turns it on) and XLA's, the milliseconds and GFLOP/s of:
+t2t_keras.perf.process turns it on) and XLA's, the milliseconds and GFLOP/s of:
 
 * a large square matmul (the peak);
 * decoding's shapes: 128 rows (32 sentences x beam 4) against the 512x512

@@ -20,12 +20,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from data_gen import registry  # noqa: E402
-from t2t_keras import inputs, run_dir, training  # noqa: E402
+from t2t_keras import inputs, precision, run_dir, training  # noqa: E402
 from t2t_keras.hparams import create_hparams  # noqa: E402
 
 
 def train_curve(mode, hp, spec, pattern, steps, weights, every):
-  training.set_mixed_precision(mode)
+  precision.set_mixed_precision(mode)
   try:
     trainer = training.Trainer(hp, spec, training.create_strategy("one_device"), steps)
     trainer.model.set_weights(weights)
@@ -34,11 +34,13 @@ def train_curve(mode, hp, spec, pattern, steps, weights, every):
     curve, start = [], time.time()
     for step in range(1, steps + 1):
       loss = trainer.train_step(it)["loss"]
+      if step == 1:
+        harness.after_first_step()
       if step % every == 0:
         curve.append((step, loss))
     return curve, (time.time() - start) / steps
   finally:
-    training.set_mixed_precision("none")
+    precision.set_mixed_precision("none")
 
 
 def main():

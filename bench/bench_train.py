@@ -36,7 +36,7 @@ import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import run_dir  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import training  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras import precision, training  # noqa: E402  pylint: disable=g-import-not-at-top
 
 CONFIGS = ("float32:eager", "float32:xla", "bfloat16:eager", "bfloat16:xla")
 
@@ -82,18 +82,19 @@ def synthetic_batch(batch: int, length: int, vocab: int, seed: int = 0) -> Dict[
 
 def make_trainer_probe(args, dtype: str, xla: bool):
   """Builds a Trainer under `dtype`'s policy; returns (seconds_per_step probe, step FLOPs)."""
-  training.set_mixed_precision("none" if dtype == "float32" else "bfloat16")
+  precision.set_mixed_precision("none" if dtype == "float32" else "bfloat16")
   try:
     hp = hparams_lib.create_hparams(args.hparams_set, args.hparams)
     spec = run_dir.ModelSpec(args.vocab_size, args.vocab_size)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     trainer = training.Trainer(hp, spec, strategy, jit_compile=xla)
   finally:
-    training.set_mixed_precision("none")
+    precision.set_mixed_precision("none")
   batch = synthetic_batch(args.batch, args.length, args.vocab_size)
   dataset = tf.data.Dataset.from_tensors(batch).repeat()
   iterator = iter(strategy.experimental_distribute_dataset(dataset))
   trainer.train_step(iterator)  # trace + compile
+  harness.after_first_step()
   for _ in range(args.warmup):
     trainer.train_step(iterator)
   step_flops = flops_lib.training_flops(hp, args.vocab_size, args.batch, args.length,

@@ -16,7 +16,7 @@ an earlier commit, with its own `.venv`), each round also runs that checkout's
 benchmarks for the same configurations, labelled "before": a before/after
 table measured in one sitting.
 
-Our commands turn TensorFlow's oneDNN kernels on (t2t_keras.cpu_setup), which
+Our commands turn TensorFlow's oneDNN kernels on (t2t_keras.perf.process), which
 TensorFlow itself leaves off on AVX2-only CPUs; Model Garden is timed as
 TensorFlow configures it and, with `--mg_onednn=1` (default), also with oneDNN
 forced on, and both ratios are printed.

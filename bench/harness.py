@@ -3,7 +3,7 @@
 A benchmark imports this module before anything of the project: importing it puts
 the repository on `sys.path`, so that `t2t_keras` and `data_gen` come from this
 checkout. `configure_process()` then sets the process up as the commands do
-(`t2t_keras.cpu_setup`), so that a benchmark times what the commands run; it must
+(`t2t_keras.perf.process`), so that a benchmark times what the commands run; it must
 run before TensorFlow loads, which is why this module imports no TensorFlow.
 `print_header()` prints the CPU model and that set-up first: figures from another
 CPU, or without the set-up, are not comparable.
@@ -23,7 +23,7 @@ if REPO not in sys.path:
   sys.path.insert(0, REPO)
 
 from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import cpu_setup  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import process  # noqa: E402  pylint: disable=g-import-not-at-top
 
 _process_setup: Optional[Dict[str, str]] = None
 
@@ -35,14 +35,20 @@ def configure_process() -> Dict[str, str]:
   """
   global _process_setup
   if _process_setup is None:
-    _process_setup = cpu_setup.configure_process()
+    _process_setup = process.configure_process()
   return dict(_process_setup)
+
+
+def after_first_step() -> None:
+  """What the trainer command does after its first step (`process.keep_freed_memory`):
+  a benchmark that drives `Trainer.train_step` calls it after its own first step."""
+  process.keep_freed_memory()
 
 
 def print_header(details: str = "") -> None:
   """Prints the CPU model, the process set-up and TensorFlow's version, then `details`."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  setup = (f"process set-up (t2t_keras.cpu_setup): {_process_setup}" if _process_setup is not None
+  setup = (f"process set-up (t2t_keras.perf.process): {_process_setup}" if _process_setup is not None
            else "process set-up: TensorFlow's defaults")
   print(cpu_info.describe())
   print(f"{setup}; TensorFlow {tf.__version__}" + (f"; {details}" if details else ""),

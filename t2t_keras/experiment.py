@@ -93,6 +93,11 @@ class Experiment:
       stop training after the current step; its `unsaved` attribute is set
       while steps have run since the last checkpoint (see stopping.StopSignals).
     clock: seconds, monotonic; measures `train_seconds` (tests pass a fake one).
+    after_first_step: optional callable() run once, after the first training
+      step, when the input pipeline's kernels exist. The trainer command passes
+      the process set-up's `keep_freed_memory` (it must follow tf.data's own
+      malloc setting, made by the first of those kernels); the library holds no
+      process set-up of its own.
   """
 
   _last_finite: Optional[str] = None  # the newest checkpoint restored or saved (all finite)
@@ -100,7 +105,8 @@ class Experiment:
   def __init__(self, trainer: Trainer, config: RunConfig, train_pattern: Optional[str],
                eval_pattern: Optional[str], log: Callable[[str], None] = print,
                eval_hook: Optional[Callable[[int], Dict[str, float]]] = None,
-               stop_signals=None, clock: Callable[[], float] = time.monotonic):
+               stop_signals=None, clock: Callable[[], float] = time.monotonic,
+               after_first_step: Optional[Callable[[], None]] = None):
     self.trainer = trainer
     self.config = config
     self.train_pattern = train_pattern
@@ -109,6 +115,7 @@ class Experiment:
     self.eval_hook = eval_hook
     self.stop_signals = stop_signals
     self.clock = clock
+    self._after_first_step = after_first_step
     strategy = trainer.strategy
     self.is_chief = _is_chief(strategy)
     self.checkpoint = tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)
@@ -265,6 +272,9 @@ class Experiment:
     tokens, last, reason = 0.0, {}, ""
     while not reason:
       last = self.trainer.train_step(iterator)
+      if self._after_first_step is not None:
+        self._after_first_step()
+        self._after_first_step = None  # once per process run
       self._mark_unsaved(True)
       step = self.trainer.step
       self._stop_if_diverged(start_step, step, training.non_finite_metrics(

@@ -12,7 +12,6 @@ the summed gradient by that norm.
 
 from __future__ import annotations
 
-import logging
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import keras
@@ -21,7 +20,7 @@ import tensorflow as tf
 
 from data_gen.text_encoder import PAD_ID
 
-from t2t_keras import cpu_info, cpu_setup, errors, losses, metrics, run_dir
+from t2t_keras import errors, losses, metrics, run_dir
 from t2t_keras import flops as flops_lib
 from t2t_keras.hparams import HParams
 from t2t_keras.optimization import T2TLearningRateSchedule, create_optimizer
@@ -59,38 +58,6 @@ def create_strategy(name: Optional[str] = None,
     return tf.distribute.MirroredStrategy([d.name for d in gpus[:count]] or None)
   raise ValueError("distribution_strategy must be one_device, mirrored or "
                    f"multi_worker_mirrored, got {name!r}.")
-
-
-_warned_slow_bfloat16 = False  # the warning is given once per process
-
-
-def set_mixed_precision(mode: str, cpuinfo: Optional[str] = None) -> None:
-  """Sets the global Keras policy for `mode`: none, bfloat16 or float16.
-
-  float16 trains with dynamic loss scaling. bfloat16 on a machine without a GPU
-  whose CPU lacks native bfloat16 arithmetic (read from the CPU flags, see
-  cpu_info.py) logs a warning, once: there bfloat16 is emulated and training is
-  slower than in float32.
-
-  Args:
-    mode: none, bfloat16 or float16.
-    cpuinfo: text of /proc/cpuinfo (read when None; tests pass a fake one).
-  Raises:
-    ValueError: another `mode`.
-  """
-  global _warned_slow_bfloat16
-  policies = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
-  if mode not in policies:
-    raise ValueError(f"mixed_precision must be one of {sorted(policies)}, got {mode!r}.")
-  keras.mixed_precision.set_global_policy(policies[mode])
-  if (mode == "bfloat16" and not _warned_slow_bfloat16 and
-      not tf.config.list_physical_devices("GPU") and not cpu_info.native_bfloat16(cpuinfo)):
-    _warned_slow_bfloat16 = True
-    logging.getLogger(__name__).warning(
-        "mixed_precision=bfloat16 on a CPU without native bfloat16 (%s): bfloat16 math is "
-        "emulated there, so training and decoding will be slower than with "
-        "mixed_precision=none.",
-        cpu_info.describe(cpuinfo))
 
 
 class Trainer:
@@ -228,14 +195,9 @@ class Trainer:
 
   def train_step(self, iterator: Iterator) -> Dict[str, float]:
     """One update from `accumulate_steps` micro-batches of a distributed iterator."""
-    first = self._train_fn is None
-    if first:
+    if self._train_fn is None:
       self._train_fn = self._build_train_fn()
     out = {k: float(v) for k, v in self._train_fn(iterator).items()}
-    if first:
-      # After the first step the input pipeline's kernels exist, and with them
-      # tf.data's malloc setting, which this undoes (cpu_setup.keep_freed_memory).
-      cpu_setup.keep_freed_memory()
     self.flops_seen += out["flops"]
     return out
 

@@ -3,7 +3,7 @@
 Fixture names start with `fake_` so they do not clash with other modules' fixtures.
 
 Before anything imports TensorFlow, the process gets the set-up every command
-applies (`t2t_keras.cpu_setup`: oneDNN on x86-64 unless the user chose), so that
+applies (`t2t_keras.perf.process`: oneDNN on x86-64 unless the user chose), so that
 tests run the kernels, and get the numerics, of the commands they stand for. On
 AVX2-only CPUs TensorFlow would otherwise leave oneDNN off in-process while the
 commands turn it on.
@@ -12,9 +12,9 @@ commands turn it on.
 import os
 import sqlite3
 
-from t2t_keras import cpu_setup
+from t2t_keras.perf import process
 
-cpu_setup.configure_process()
+process.configure_process()
 
 import pytest  # noqa: E402  pylint: disable=g-import-not-at-top
 pytest_plugins = ["tests.oracle_guard"]  # a skipped oracle test fails the session

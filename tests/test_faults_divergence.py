@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from tests.cli_in_process import run_cli
 from tests.tiny_problem import make_tiny_problem
-from t2t_keras import avg_checkpoints, checkpoints, errors, experiment, run_dir, training
+from t2t_keras import avg_checkpoints, checkpoints, errors, experiment, precision, run_dir, training
 from t2t_keras.hparams import create_hparams
 from t2t_keras.training import Trainer, create_strategy
 
@@ -174,11 +174,11 @@ def test_a_nan_gradient_norm_stops_before_that_checkpoint(tiny, tmp_path):
 def test_under_float16_loss_scaling_a_nan_gradient_norm_is_a_skipped_step(tiny, tmp_path,
                                                                           monkeypatch):
   output_dir = str(tmp_path / "run")
-  training.set_mixed_precision("float16")
+  precision.set_mixed_precision("float16")
   try:
     assert Trainer(tiny[0].hparams, tiny[0].spec, create_strategy("one_device")).loss_scaled
   finally:
-    training.set_mixed_precision("none")
+    precision.set_mixed_precision("none")
   assert not tiny[0].loss_scaled
 
   def nan_norm_at_2(trainer, out):

@@ -18,12 +18,13 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 # What TensorFlow 2.21 prints on a CPU machine when it starts (each line seen there).
 START_UP_LINES = ("All log messages before absl::InitializeLog()", "Could not find cuda drivers",
                   "cpu_feature_guard", "cuInit", "oneDNN custom operations")
-# Imports a command's module (as `python -m t2t_keras.cli.avg_checkpoints` does first),
-# then TensorFlow, logs a TensorFlow Python INFO line, runs an op and reports the
-# level TensorFlow was given.
+# Imports a command's module and applies its runner's set-up (as `python -m
+# t2t_keras.cli.avg_checkpoints` does first), then imports TensorFlow, logs a
+# TensorFlow Python INFO line, runs an op and reports the level TensorFlow was given.
 _CHILD = """
 import os, sys
 import t2t_keras.cli.avg_checkpoints
+t2t_keras.cli.common_flags.set_up_process()
 import logging
 import tensorflow as tf
 logging.getLogger().setLevel(logging.INFO)  # as absl's app.run does

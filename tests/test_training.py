@@ -281,19 +281,19 @@ def _fake_cpuinfo(flags):
 
 @pytest.fixture
 def policy_reset(monkeypatch):
-  from t2t_keras import training
-  monkeypatch.setattr(training, "_warned_slow_bfloat16", False)
-  yield training
-  training.set_mixed_precision("none")
+  from t2t_keras import precision
+  monkeypatch.setattr(precision, "_warned_slow_bfloat16", False)
+  yield precision
+  precision.set_mixed_precision("none")
 
 
 def test_bfloat16_without_native_support_warns_once(policy_reset, caplog):
-  training = policy_reset
+  precision = policy_reset
   avx2 = _fake_cpuinfo("fpu sse2 avx avx2 fma")
-  with caplog.at_level("WARNING", logger="t2t_keras.training"):
-    training.set_mixed_precision("bfloat16", cpuinfo=avx2)
-    training.set_mixed_precision("bfloat16", cpuinfo=avx2)
-  warnings = [r.getMessage() for r in caplog.records if r.name == "t2t_keras.training"]
+  with caplog.at_level("WARNING", logger="t2t_keras.precision"):
+    precision.set_mixed_precision("bfloat16", cpuinfo=avx2)
+    precision.set_mixed_precision("bfloat16", cpuinfo=avx2)
+  warnings = [r.getMessage() for r in caplog.records if r.name == "t2t_keras.precision"]
   assert len(warnings) == 1, warnings
   assert "Fake EPYC (family 25 model 17); native bfloat16: no" in warnings[0]
   assert "slower" in warnings[0]
@@ -305,9 +305,9 @@ def test_bfloat16_without_native_support_warns_once(policy_reset, caplog):
                                         ("bfloat16", "fpu avx2 amx_bf16 amx_tile"),
                                         ("none", "fpu avx2"), ("float16", "fpu avx2")])
 def test_no_bfloat16_warning_where_it_is_native_or_not_used(policy_reset, caplog, mode, flags):
-  with caplog.at_level("WARNING", logger="t2t_keras.training"):
+  with caplog.at_level("WARNING", logger="t2t_keras.precision"):
     policy_reset.set_mixed_precision(mode, cpuinfo=_fake_cpuinfo(flags))
-  assert not [r for r in caplog.records if r.name == "t2t_keras.training"]
+  assert not [r for r in caplog.records if r.name == "t2t_keras.precision"]
 
 
 def test_more_gpus_than_visible_is_refused():

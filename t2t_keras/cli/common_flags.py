@@ -148,9 +148,9 @@ def load_trained_run():
   if FLAGS.model != "transformer":
     raise app.UsageError(f"--model={FLAGS.model}: only 'transformer' is implemented.")
   registry.import_usr_dir(FLAGS.t2t_usr_dir)
-  from t2t_keras import training
+  from t2t_keras import precision
   # The model computes in the precision asked for (weights stay float32 either way).
-  training.set_mixed_precision(FLAGS.mixed_precision)
+  precision.set_mixed_precision(FLAGS.mixed_precision)
   # Before the model is built: its ids mean nothing with another vocabulary.
   run_dir.check_vocab(FLAGS.output_dir, FLAGS.data_dir, lambda line: print(line, file=sys.stderr))
   try:
@@ -214,9 +214,13 @@ def run_cli(main) -> None:
   (app.UsageError, a damaged checkpoint, an `errors.RunError`, a full disk) prints
   one line `<program>: error: <message>` and exits with the status of errors.py,
   without the usage text or a traceback; other exceptions keep their traceback
-  (they are bugs)."""
+  (they are bugs).
+
+  First, before anything imports TensorFlow (the commands import it inside
+  `main`), it calls `set_up_process`."""
   from absl import app
 
+  set_up_process()
   module = sys.modules[main.__module__]
 
   def wrapped(argv):
@@ -241,6 +245,20 @@ def run_cli(main) -> None:
       raise
 
   app.run(wrapped, flags_parser=lambda argv: parse_flags(argv, module))
+
+
+def set_up_process() -> None:
+  """What every command applies before TensorFlow loads: `perf.process.configure_process`
+  (oneDNN kernels; TensorFlow reads its variable only when it loads) and
+  `quiet_logs.install`. A bad T2T_KERAS_PLAIN_OPS prints one line and exits 2.
+  """
+  from t2t_keras.cli import quiet_logs
+  from t2t_keras.perf import process
+  try:
+    process.configure_process()
+  except ValueError as e:  # a bad T2T_KERAS_PLAIN_OPS
+    _exit_with_error(str(e))
+  quiet_logs.install()
 
 
 def program_name() -> str:

@@ -148,7 +148,7 @@ def install(environ=None, argv: Optional[Sequence[str]] = None) -> None:
   The user's TF_CPP_MIN_LOG_LEVEL wins; else `--verbosity` 0 or more shows every
   line (nothing captured); else TensorFlow gets level 2, or the level of a negative
   `--verbosity` (-1: 1, -3: 3), with the start-up lines filtered. Must run before
-  TensorFlow is first imported (`t2t_keras.cli` calls it on import). Idempotent.
+  TensorFlow is first imported (`common_flags.run_cli` calls it first). Idempotent.
   """
   environ = os.environ if environ is None else environ
   argv = sys.argv if argv is None else argv

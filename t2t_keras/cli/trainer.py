@@ -52,7 +52,7 @@ def _check_and_train(signals: stopping.StopSignals):
   import keras
 
   from data_gen import registry
-  from t2t_keras import experiment, run_dir, training
+  from t2t_keras import experiment, precision, run_dir, training
   from t2t_keras.hparams import create_decode_hparams, create_hparams
 
   try:  # multi_worker_mirrored must come before any other TensorFlow op
@@ -62,7 +62,7 @@ def _check_and_train(signals: stopping.StopSignals):
   signals.install()  # again: multi_worker_mirrored replaces the SIGTERM handler with its own
   if FLAGS.random_seed is not None:
     keras.utils.set_random_seed(FLAGS.random_seed)
-  training.set_mixed_precision(FLAGS.mixed_precision)
+  precision.set_mixed_precision(FLAGS.mixed_precision)
   try:  # Every setting is checked before anything is written to --output_dir.
     registry.import_usr_dir(FLAGS.t2t_usr_dir)
     hparams = create_hparams(FLAGS.hparams_set, FLAGS.hparams)  # checks the schedule too
@@ -109,6 +109,7 @@ def _train(strategy, hparams, config, decode_hp, problem, encoders, vocab, signa
   import tensorflow as tf
 
   from t2t_keras import experiment, run_dir, training
+  from t2t_keras.perf import process
   spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
                            problem.target_space_id)
   trainer = training.Trainer(hparams, spec, strategy, FLAGS.train_steps, FLAGS.jit_compile)
@@ -127,7 +128,9 @@ def _train(strategy, hparams, config, decode_hp, problem, encoders, vocab, signa
         f"{keras.mixed_precision.global_policy().name}.", flush=True)
   run = experiment.Experiment(trainer, config, train_pattern, eval_pattern,
                               log=lambda line: print(line, flush=True), eval_hook=eval_hook,
-                              stop_signals=signals)
+                              stop_signals=signals,
+                              # after tf.data's malloc setting, made in the first step
+                              after_first_step=process.keep_freed_memory)
   summary = run.run(FLAGS.schedule)
   if summary.get("stop_reason") == "signal":
     who = signals.name or "a signal to another worker"

@@ -9,8 +9,10 @@ reading the first batch blocks inside TensorFlow, as on a stalled file system.
 
 import sys
 
-import t2t_keras.cli  # noqa: F401  first, as the command: quiet TensorFlow start-up logs
-from data_gen import problem  # noqa: E402
+from t2t_keras.cli import common_flags
+
+common_flags.set_up_process()  # first, as the command: before TensorFlow loads
+from data_gen import problem  # noqa: E402  pylint: disable=g-import-not-at-top
 
 problem.Problem.check_data_dir = lambda self, data_dir, verify_checksums=False: {}
 sys.argv = ["t2t_keras_trainer"] + sys.argv[1:]

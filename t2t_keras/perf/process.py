@@ -1,5 +1,17 @@
 """Process set-up for CPU speed, applied by every command before TensorFlow loads.
 
+`configure_process` is called explicitly, first thing, by the commands' runner
+(`t2t_keras.cli.common_flags.run_cli`), by `tests/conftest.py` and by the
+benchmarks; importing this module changes nothing. `keep_freed_memory` is
+passed by the trainer command to the training loop
+(`experiment.Experiment(after_first_step=...)`), which calls it once after the
+first step; the library itself never imports this module.
+
+With `T2T_KERAS_PLAIN_OPS=1` (`t2t_keras.perf.plain_ops`) both are stock:
+`TF_ENABLE_ONEDNN_OPTS` is left as it is (unset: TensorFlow's own choice) and
+glibc's malloc settings are not touched. `configure_process` also checks that
+variable, so that a bad value stops a command before TensorFlow loads.
+
 TensorFlow turns its oneDNN kernels on by itself only on x86 CPUs with AVX-512
 VNNI/bfloat16 or AMX; on AVX2-only CPUs it falls back to Eigen's matmuls, whose
 operand packing alone took ~10% of the transformer_base training step there
@@ -12,7 +24,7 @@ set the variable: `TF_ENABLE_ONEDNN_OPTS=0` keeps TensorFlow's Eigen kernels.
 Nothing here imports TensorFlow: it must run before TensorFlow reads its
 environment.
 
-`keep_freed_memory` (called by `training.Trainer` after its first step) undoes a
+`keep_freed_memory` (called once after the first training step) undoes a
 side effect of tf.data on glibc. In TensorFlow 2.21 under Python 3.11, the
 first `GeneratorDataset` kernel a process builds (tf.distribute's input
 iterators build one) calls `mallopt(M_MMAP_THRESHOLD, 128 KiB)`
@@ -36,6 +48,8 @@ import ctypes
 import os
 import platform
 from typing import Dict, Mapping, MutableMapping, Optional
+
+from t2t_keras import perf
 
 ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
 # glibc's mallopt parameters (malloc.h) and the values keep_freed_memory sets.
@@ -64,11 +78,24 @@ def enable_onednn(environ: Optional[MutableMapping[str, str]] = None,
 
 
 def configure_process() -> Dict[str, str]:
-  """Applies the set-up once per process; returns what it did (for the benchmarks' logs)."""
+  """Applies the set-up once per process; returns what it did (for the benchmarks' logs).
+
+  Must run before TensorFlow is first imported: TensorFlow reads
+  `TF_ENABLE_ONEDNN_OPTS` when it loads, and ignores later changes.
+
+  Raises:
+    ValueError: `T2T_KERAS_PLAIN_OPS` has a value other than 1/0 (and their
+      spellings), with a message saying what to set.
+  """
+  plain = perf.plain_ops()  # checked on every call: a bad value is refused early
   if not _applied:
-    set_here = enable_onednn()
-    _applied["oneDNN"] = ("turned on" if set_here else
-                          f"{ONEDNN_ENV}={os.environ.get(ONEDNN_ENV, 'unset')} (left as is)")
+    if plain:
+      _applied["oneDNN"] = (f"{ONEDNN_ENV}={os.environ.get(ONEDNN_ENV, 'unset')} "
+                            f"(left as is: {perf.PLAIN_OPS_ENV})")
+    else:
+      set_here = enable_onednn()
+      _applied["oneDNN"] = ("turned on" if set_here else
+                            f"{ONEDNN_ENV}={os.environ.get(ONEDNN_ENV, 'unset')} (left as is)")
   return dict(_applied)
 
 
@@ -99,9 +126,9 @@ def keep_freed_memory(libc=None, environ: Optional[Mapping[str, str]] = None) ->
     environ: the environment (None: os.environ); if it sets glibc's malloc
       thresholds or tunables, nothing is changed.
   Returns:
-    True if both thresholds were set.
+    True if both thresholds were set; False with `T2T_KERAS_PLAIN_OPS=1`.
   """
-  if user_chose_malloc(environ):
+  if perf.plain_ops() or user_chose_malloc(environ):
     return False
   libc = _glibc() if libc is None else libc
   if libc is None:
