@@ -45,7 +45,8 @@ import numpy as np
 import tensorflow as tf
 
 from data_gen.text_encoder import EOS_ID
-from t2t_keras.decoding_state import DecodingState, in_xla_context
+from t2t_keras.decoding_state import DecodingState
+from t2t_keras.perf import search
 from t2t_keras.search_utils import (IntOrTensor, SymbolsToLogitsFn, check_decode_length,
                                     check_logits, check_positive_int, check_state,
                                     init_id_buffer, item_decode_lengths, write_column)
@@ -203,26 +204,6 @@ def top_log_prob_extensions(logits: tf.Tensor, parent_log_probs: tf.Tensor,
 
 
 # ------------------------------------------------------------ beam search ---
-_extensions_xla = tf.function(top_log_prob_extensions, jit_compile=True)
-
-
-def _compiled_extensions(logits: tf.Tensor, parent_log_probs: tf.Tensor, k: int) -> tuple:
-  """`top_log_prob_extensions`, XLA-compiled even when the search itself is not.
-
-  Its log-sum-exp is the one element-wise pass of a step over all `beam *
-  vocab` logits. TensorFlow's own element-wise kernels are built for a
-  baseline x86 ISA; XLA generates code for the host CPU and fuses the max, exp
-  and sum (on a 2-core Sapphire Rapids these TensorFlow ops were ~11% of a
-  bfloat16 beam-search step's op time; compiled, the step ran 6% faster). A
-  graph-mode search thus runs this one small cluster with XLA, compiled once
-  per batch size, while the model keeps TensorFlow's oneDNN kernels. Under
-  XLA it is inlined as it is.
-  """
-  if in_xla_context() or tf.executing_eagerly():
-    return top_log_prob_extensions(logits, parent_log_probs, k)
-  return _extensions_xla(logits, parent_log_probs, k)
-
-
 def _grow_topk(symbols_to_logits_fn, state: _BeamState, per_item: Any,
                options: BeamSearchOptions):
   """Extends the alive beams by one token; keeps the best 2 * beam_size.
@@ -243,8 +224,8 @@ def _grow_topk(symbols_to_logits_fn, state: _BeamState, per_item: Any,
   # guarantees >= beam candidates that are not EOS. One penalty for all
   # candidates, so rank by log-prob and divide only the 2 * beam winners
   # (T2T divides all beam * V first: same order).
-  topk_log_probs, topk_beam, topk_ids = _compiled_extensions(
-      logits, state.alive_log_probs, 2 * beam_size)
+  topk_log_probs, topk_beam, topk_ids = search.compiled_extensions(
+      top_log_prob_extensions, logits, state.alive_log_probs, 2 * beam_size)
   topk_scores = topk_log_probs / length_penalty(state.i + 1, options.alpha)
   topk_seq = gather_beams(state.alive_seq, topk_beam)  # [batch, 2*beam, L+1]
   topk_seq = write_column(topk_seq, state.i + 1, topk_ids)

@@ -35,47 +35,14 @@ from t2t_keras import bleu as bleu_lib
 from t2t_keras import decoding
 from t2t_keras.hparams import DecodeHParams
 from t2t_keras.model import Transformer
+from t2t_keras.perf import inference
 
 DEFAULT_FILE_BATCH_SIZE = 32  # T2T: decode_hparams.batch_size=0 means 32 from a file
-# Padded input lengths under XLA, which compiles once per input shape: a file
-# compiles a handful of times, at most 1.5x the tokens of the longest input in
-# a batch (decoding stops each sentence at its own length anyway).
-XLA_LENGTH_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
-# The automatic choice (`jit_compile=None`), from measurements on a 2-core Zen 4
-# (docs/performance.md): XLA only for float32 models of at least
-# AUTO_XLA_MIN_HIDDEN_SIZE decoding at least AUTO_XLA_MIN_LINES lines. A
-# transformer_base batch of 32 decodes about 2 s faster with XLA but each input
-# shape compiles for about 14 s, so XLA pays after roughly 2,000 lines; for
-# transformer_tiny the demo's 968 test lines took 38 s with XLA against 27 s
-# without. Interactive and short inputs never wait for a compilation.
-AUTO_XLA_MIN_LINES = 2000
-AUTO_XLA_MIN_HIDDEN_SIZE = 512
 # Characters that break a line (`str.splitlines`) or a tab-separated column; never
 # in an output (export.py removes the same set in-graph).
 OUTPUT_BREAKS = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x85\u2028\u2029"
 _BREAKS_TABLE = {ord(c): " " for c in OUTPUT_BREAKS}
 MAX_LINES_NAMED = 20  # line numbers a truncation warning names
-
-
-def xla_length(length: int) -> int:
-  """The padded length of a batch whose longest input has `length` ids, under XLA."""
-  for bucket in XLA_LENGTH_BUCKETS:
-    if length <= bucket:
-      return bucket
-  return -(-length // 256) * 256
-
-
-def auto_jit_compile(model: Transformer, lines: int) -> bool:
-  """Whether decoding `lines` lines is faster with XLA (the `jit_compile=None` choice).
-
-  XLA for float32 decoding of at least AUTO_XLA_MIN_LINES lines by a model of
-  hidden_size >= AUTO_XLA_MIN_HIDDEN_SIZE. Never for bfloat16: XLA's CPU dots
-  compute bfloat16 at the float32 rate, where TensorFlow's oneDNN kernels use the
-  CPU's native bfloat16.
-  """
-  return (lines >= AUTO_XLA_MIN_LINES and
-          model.hparams.hidden_size >= AUTO_XLA_MIN_HIDDEN_SIZE and
-          model.dtype_policy.compute_dtype == "float32")
 
 
 def input_cap(decode_hp: DecodeHParams) -> Optional[int]:
@@ -102,8 +69,9 @@ class TextDecoder:
     encoders: {"inputs": encoder, "targets": encoder} (SubwordTextEncoder API).
     decode_hp: DecodeHParams (beam search, or greedy / sampling with beam_size 1).
     use_cache: cached incremental decoding (default) or full recomputation.
-    jit_compile: XLA-compile decoding (input lengths padded to XLA_LENGTH_BUCKETS);
-      None (the default) chooses per call of `decode_lines` (`auto_jit_compile`).
+    jit_compile: XLA-compile decoding (input lengths padded to
+      `perf.inference.XLA_LENGTH_BUCKETS`);
+      None (the default) chooses per call of `decode_lines` (`perf.inference.decode_with_xla`).
     log: function taking one progress line.
   """
 
@@ -119,7 +87,7 @@ class TextDecoder:
     self._decode_fns = {}  # jit_compile -> fn, kept across calls (XLA keeps its compilations)
     # What decoding runs: the model, or its bfloat16 twin (weights cast once per
     # decode_lines call, so that a trainer's BLEU hook sees the weights of its step).
-    self._inference = decoding.inference_model(model)
+    self._inference = inference.inference_model(model)
     self.score_fn = tf.function(lambda x, y: decoding.score_targets(model, x, y),
                                 input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2)
     self.truncated = 0
@@ -151,7 +119,7 @@ class TextDecoder:
   def _pad(rows: List[List[int]], jit_compile: bool = False) -> np.ndarray:
     length = max(len(r) for r in rows)
     if jit_compile:
-      length = xla_length(length)  # few distinct shapes -> few XLA compilations
+      length = inference.xla_length(length)  # few distinct shapes -> few XLA compilations
     return np.array([r + [PAD_ID] * (length - len(r)) for r in rows], np.int32)
 
   def _format(self, ids: np.ndarray, scores: np.ndarray) -> str:
@@ -174,7 +142,7 @@ class TextDecoder:
     """One output string per input line, in input order, by the model's current weights."""
     self.truncated = self.cleaned = 0
     if self._inference is not self.model:
-      decoding.copy_weights(self.model, self._inference)
+      inference.copy_weights(self.model, self._inference)
     outputs = [""] * len(lines)
     todo = [i for i, line in enumerate(lines) if tokenizer.normalize_input(line)]
     # T2T: longest first by whitespace tokens; stable for equal lengths.
@@ -187,7 +155,7 @@ class TextDecoder:
     self.truncated = len(cut)
     jit = self.jit_compile
     if jit is None:
-      jit = auto_jit_compile(self.model, len(todo))
+      jit = inference.decode_with_xla(self.model, len(todo))
     decode_fn = self.decode_fn(jit)
     if cut:
       shown = ", ".join(map(str, sorted(cut)[:MAX_LINES_NAMED]))

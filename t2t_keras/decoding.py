@@ -29,43 +29,12 @@ from t2t_keras import beam_search, sampling
 from t2t_keras.decoding_state import DecodingState, Memory
 from t2t_keras.hparams import DecodeHParams
 from t2t_keras.model import Transformer
+from t2t_keras.perf import inference
 
 
 def _input_lengths(inputs: tf.Tensor) -> tf.Tensor:
   """Non-pad length of each row, EOS included: `[batch]` int32."""
   return tf.reduce_sum(tf.cast(tf.not_equal(inputs, PAD_ID), tf.int32), axis=1)
-
-
-def inference_model(model: Transformer) -> Transformer:
-  """The model that decoding runs: `model`, or its twin with weights stored in bfloat16.
-
-  A "mixed_bfloat16" model keeps float32 weights and casts each to bfloat16 at
-  every use: in a decoding loop every step re-casts every weight (the 32k x 512
-  embedding too), which cost more thread time than the matmuls on a 2-core
-  Sapphire Rapids. The twin ("bfloat16" policy) holds the same weights cast
-  once and layer norms keep their float32 scale and offset as in mixed
-  precision, so run op by op it gives the mixed model's logits bit for bit; in a
-  graph the mixed model's casts are fused into its kernels and the two agree
-  to bfloat16 rounding. Other models are returned as they are.
-  """
-  policy = getattr(model, "dtype_policy", None)  # stand-ins of tests may have none
-  if policy is None or policy.name != "mixed_bfloat16":
-    return model
-  twin = Transformer.from_config({**model.get_config(), "dtype": "bfloat16"})
-  twin.build()
-  if [v.path for v in twin.weights] != [v.path for v in model.weights]:
-    raise ValueError("the bfloat16 twin's variables differ from the model's: "
-                     f"{[v.path for v in twin.weights][:5]}... vs "
-                     f"{[v.path for v in model.weights][:5]}...")
-  copy_weights(model, twin)
-  return twin
-
-
-def copy_weights(model: Transformer, twin: Transformer) -> None:
-  """Casts `model`'s current weights into its `inference_model` twin (a snapshot:
-  a model that trains on must be copied again before the twin decodes)."""
-  for source, target in zip(model.weights, twin.weights):
-    target.assign(tf.cast(source.value, target.dtype))
 
 
 def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True) -> Callable:
@@ -160,9 +129,9 @@ def make_decode_fn(model: Transformer, decode_hp: DecodeHParams, use_cache: bool
 
   With jit_compile the function is traced per input shape (decode_length is then
   static, as XLA needs); callers pad lengths to a few buckets to bound retracing.
-  A mixed-bfloat16 model decodes through its `inference_model` twin.
+  A mixed-bfloat16 model decodes through its bfloat16 twin (`perf.inference`).
   """
-  fn = functools.partial(decode_ids, inference_model(model), decode_hp=decode_hp, use_cache=use_cache)
+  fn = functools.partial(decode_ids, inference.inference_model(model), decode_hp=decode_hp, use_cache=use_cache)
   if jit_compile:
     return tf.function(fn, jit_compile=True)
   return tf.function(fn, input_signature=[tf.TensorSpec([None, None], tf.int32)])

@@ -43,39 +43,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Tuple
 
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util  # pylint: disable=g-direct-tensorflow-import
 
-
-def in_xla_context() -> bool:
-  """Whether the graph being traced is compiled by XLA (`tf.function(jit_compile=True)`)."""
-  return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
-
-
-def new_buffer(shape, dtype: tf.DType) -> tf.Tensor:
-  """A zero buffer that `write_rows` may write in place.
-
-  Under XLA plain zeros. Otherwise TensorFlow's `Empty`, which graph
-  optimizers never fold into a constant nor merge with another buffer of the
-  same shape (a constant or a shared buffer written in place would leak one
-  call's or one layer's entries into another).
-  """
-  if in_xla_context():
-    return tf.zeros(shape, dtype)
-  return tf.raw_ops.Empty(shape=tf.cast(tf.stack(shape), tf.int32), dtype=dtype, init=True)
-
-
-def write_rows(buffer: tf.Tensor, rows: tf.Tensor, updates: tf.Tensor) -> tf.Tensor:
-  """`buffer` `[n, ...]` with rows `rows` `[k]` replaced by `updates` `[k, ...]`.
-
-  Under XLA a scatter (which XLA performs in place), and eagerly a copying
-  scatter (no caller's tensor is ever changed). In a graph TensorFlow's
-  `InplaceUpdate` writes into `buffer` itself: the caller must hold no other
-  use of the old value (a decoding loop's buffer is read only after its write),
-  and the buffer must come from `new_buffer`.
-  """
-  if tf.executing_eagerly() or in_xla_context():
-    return tf.tensor_scatter_nd_update(buffer, rows[:, None], updates)
-  return tf.raw_ops.InplaceUpdate(x=buffer, i=rows, v=updates)
+from t2t_keras.perf.buffers import new_buffer
 
 
 class KeyValue(NamedTuple):

@@ -58,14 +58,17 @@ class ModelSpec:
   target_space_id: int = 0
 
 
-def build_model(hparams: HParams, spec: ModelSpec):
+def build_model(hparams: HParams, spec: ModelSpec, dtype: Optional[str] = None,
+                name: str = MODEL_NAME):
   """The Transformer of `hparams` for the problem `spec`, with its variables created.
 
-  Call it inside a strategy's scope to place the variables there.
+  Call it inside a strategy's scope to place the variables there. `dtype`: a
+  Keras dtype policy name; None takes the global policy (`precision.py`).
+  Decoding builds its bfloat16 twin this way (`perf.inference`).
   """
   from t2t_keras.model import Transformer  # Keras only when a model is built (the demo reads run.json)
   model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
-                      spec.target_space_id, name=MODEL_NAME)
+                      spec.target_space_id, name=name, dtype=dtype)
   model.build()
   return model
 

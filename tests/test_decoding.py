@@ -15,6 +15,7 @@ from t2t_keras import beam_search, decode_text, decoding
 from t2t_keras.run_dir import load_trained_model
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from t2t_keras.model import Transformer
+from t2t_keras.perf import inference
 from tests import t2t_numpy_decoding as t2t
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -350,10 +351,10 @@ def test_xla_length_buckets():
   cases = {1: 8, 8: 8, 9: 16, 25: 32, 33: 48, 49: 64, 65: 96, 97: 128, 129: 192,
            200: 256, 257: 384, 385: 512, 513: 768, 1000: 1024}
   for length, bucket in cases.items():
-    assert decode_text.xla_length(length) == bucket, length
+    assert inference.xla_length(length) == bucket, length
   lengths = range(1, 600)
-  assert len({decode_text.xla_length(n) for n in lengths}) == 13  # few compilations
-  assert all(decode_text.xla_length(n) <= max(8, 2 * n) for n in lengths)
+  assert len({inference.xla_length(n) for n in lengths}) == 13  # few compilations
+  assert all(inference.xla_length(n) <= max(8, 2 * n) for n in lengths)
 
 
 def test_automatic_xla_only_for_long_float32_files_of_large_models():
@@ -363,11 +364,11 @@ def test_automatic_xla_only_for_long_float32_files_of_large_models():
     return types.SimpleNamespace(hparams=types.SimpleNamespace(hidden_size=hidden),
                                  dtype_policy=types.SimpleNamespace(compute_dtype=dtype))
 
-  many, few = decode_text.AUTO_XLA_MIN_LINES, decode_text.AUTO_XLA_MIN_LINES - 1
-  assert decode_text.auto_jit_compile(model(512, "float32"), many)
-  assert not decode_text.auto_jit_compile(model(512, "float32"), few)
-  assert not decode_text.auto_jit_compile(model(128, "float32"), many)
-  assert not decode_text.auto_jit_compile(model(1024, "bfloat16"), many)
+  many, few = inference.AUTO_XLA_MIN_LINES, inference.AUTO_XLA_MIN_LINES - 1
+  assert inference.decode_with_xla(model(512, "float32"), many)
+  assert not inference.decode_with_xla(model(512, "float32"), few)
+  assert not inference.decode_with_xla(model(128, "float32"), many)
+  assert not inference.decode_with_xla(model(1024, "bfloat16"), many)
 
 
 def test_xla_with_bucketed_lengths_decodes_as_without(trained):
@@ -450,7 +451,7 @@ def test_bfloat16_weights_cast_once_decode_bit_identical_to_mixed_precision():
     model, _ = _random_model()
   finally:
     keras.mixed_precision.set_global_policy("float32")
-  twin = decoding.inference_model(model)
+  twin = inference.inference_model(model)
   assert twin is not model
   for v in twin.weights:  # layer norms keep float32 scale and offset, as mixed precision
     want = "float32" if "layer_norm" in v.path else "bfloat16"
@@ -465,7 +466,7 @@ def test_bfloat16_weights_cast_once_decode_bit_identical_to_mixed_precision():
   np.testing.assert_array_equal(ours[0].numpy(), mixed[0].numpy())
   np.testing.assert_allclose(ours[1].numpy(), mixed[1].numpy(), rtol=0.02)
   float_model, _ = _random_model()
-  assert decoding.inference_model(float_model) is float_model
+  assert inference.inference_model(float_model) is float_model
 
 
 class _IdEncoder:

@@ -37,10 +37,10 @@ flags.DEFINE_string("score_file", None,
 flags.DEFINE_bool("eval_use_test_set", False, "Decode the test split instead of dev.")
 flags.DEFINE_bool("decode_use_cache", True, "Cached incremental decoding (else recompute).")
 flags.DEFINE_bool("decode_jit_compile", None,
-                  "Compile decoding with XLA (true) or not (false). Unset: XLA for float32 "
-                  "decoding of a file of at least 2,000 lines by a model of hidden_size >= "
-                  "512, with input lengths padded to a few sizes; otherwise (bfloat16, small "
-                  "models, short files, --decode_interactive) no XLA.")
+                  "Compile decoding with XLA (true) or not (false). Unset: XLA only where it "
+                  "pays for its compilations (long files, large float32 models; never "
+                  "bfloat16 nor --decode_interactive), as t2t_keras/perf/inference.py "
+                  "decides and explains.")
 
 
 def main(argv):

@@ -13,9 +13,10 @@ from typing import Tuple
 import keras
 import tensorflow as tf
 
-from t2t_keras.decoding_state import KeyValue, in_xla_context, write_rows
+from t2t_keras.decoding_state import KeyValue
 from t2t_keras.layers.dropout import Dropout
 from t2t_keras.layers.initializers import get_variable_initializer
+from t2t_keras.perf.buffers import write_rows, written_prefix
 
 
 def large_compatible_negative(dtype: tf.DType) -> float:
@@ -63,7 +64,7 @@ def write_position(buffer: tf.Tensor, step: tf.Tensor, index) -> tf.Tensor:
 
   Args:
     buffer: `[items, heads, max_length * group, depth]` (from
-      `decoding_state.new_buffer`): `group` consecutive rows of `step` (the
+      `perf.buffers.new_buffer`): `group` consecutive rows of `step` (the
       beams of an item in beam search, else 1) share an item's buffer,
       position-major: step `index` writes positions
       `index * group ... index * group + group - 1`.
@@ -72,7 +73,7 @@ def write_position(buffer: tf.Tensor, step: tf.Tensor, index) -> tf.Tensor:
     index: scalar int32.
   Returns:
     The updated buffer (same shape, so the decoding loop stays shape-stable for
-    XLA). Only the written positions are touched (`decoding_state.write_rows`):
+    XLA). Only the written positions are touched (`perf.buffers.write_rows`):
     without XLA in place, as XLA does by itself.
   """
   shape = tf.shape(buffer)
@@ -239,14 +240,10 @@ class MultiHeadAttention(keras.layers.Layer):
     step = self.compute_memory_kv(query_antecedent)
     buffers = KeyValue(write_position(buffers.k, step.k, index),
                        write_position(buffers.v, step.v, index))
-    visible = buffers
-    if not in_xla_context():
-      # Positions past this step are masked: read only the written prefix
-      # (XLA needs the fixed shape; the graph runtime does not).
-      group = tf.shape(query_antecedent)[0] // tf.shape(buffers.k)[0]
-      written = (tf.cast(index, tf.int32) + 1) * group
-      visible = KeyValue(buffers.k[:, :, :written], buffers.v[:, :, :written])
-      bias = bias[..., :written]
+    # Positions past this step are masked; without XLA only the written prefix is read.
+    group = tf.shape(query_antecedent)[0] // tf.shape(buffers.k)[0]
+    k, v, bias = written_prefix(buffers.k, buffers.v, bias, (tf.cast(index, tf.int32) + 1) * group)
+    visible = KeyValue(k, v)
     return self.attend(query_antecedent, visible, bias), buffers
 
   def compute_output_shape(self, query_antecedent_shape, memory_antecedent_shape=None):
