@@ -39,14 +39,15 @@ import pytest
 import tensorflow as tf
 
 from t2t_keras import perf
-from t2t_keras.hparams import create_hparams
+from t2t_keras import decoding
+from t2t_keras.hparams import create_decode_hparams, create_hparams
 from t2t_keras.layers.dense import Dense
 from t2t_keras.layers.dropout import Dropout
 from t2t_keras.layers.embedding import SymbolModality
 from t2t_keras.layers.layer_norm import LayerNorm
 from t2t_keras.model import Transformer
 from t2t_keras.optimization import FusedAdam
-from t2t_keras.perf import xent
+from t2t_keras.perf import inference, xent
 from tests.tiny_problem import make_tiny_problem
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -238,6 +239,43 @@ def test_plain_training_step_with_dropout_runs_stock_random_ops(monkeypatch):
   assert not compiled and "IdentityN" not in ops
   loss = tf.function(lambda f: tf.reduce_mean(model(f, training=True) ** 2))
   assert loss(features).numpy() != loss(features).numpy()  # it runs, with new masks each call
+
+
+def test_under_the_switch_graph_decoding_copies_buffers_and_compiles_nothing(monkeypatch):
+  """perf.buffers and perf.search: a graph-mode beam search writes its key/value
+  buffers in place (InplaceUpdate into Empty), reads their written prefix and runs
+  its scoring step with XLA; under the switch it scatters into zeros and compiles
+  nothing, and a mixed-bfloat16 model decodes as it is (perf.inference)."""
+  from tests.test_decoding import _inputs, _op_types, _random_model  # pylint: disable=g-import-not-at-top
+  model, hp = _random_model()
+  x = tf.constant(_inputs(np.random.default_rng(4), 30, [6, 4]))
+  dhp = create_decode_hparams("beam_size=3,extra_length=5")
+  layers = hp.num_hidden_layers
+
+  def graph_of():
+    fn = decoding.make_decode_fn(model, dhp).get_concrete_function(x)
+    compiled = [f.signature.name for f in fn.graph.as_graph_def().library.function
+                if f.attr["_XlaMustCompile"].b]
+    return _op_types(fn), compiled, fn(x)
+
+  monkeypatch.setenv(perf.PLAIN_OPS_ENV, "0")
+  special, special_compiled, special_out = graph_of()
+  assert special[("InplaceUpdate", "float32")] == 2 * layers and special_compiled
+  monkeypatch.setenv(perf.PLAIN_OPS_ENV, "1")
+  plain, plain_compiled, plain_out = graph_of()
+  assert not plain[("InplaceUpdate", "float32")] and not plain[("Empty", "")]
+  assert plain[("TensorScatterUpdate", "float32")] == 2 * layers and not plain_compiled
+  np.testing.assert_array_equal(plain_out[0].numpy(), special_out[0].numpy())
+  np.testing.assert_allclose(plain_out[1].numpy(), special_out[1].numpy(), atol=SCORE_ATOL)
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    mixed, _ = _random_model()
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  assert inference.inference_model(mixed) is mixed
+  monkeypatch.setenv(perf.PLAIN_OPS_ENV, "0")
+  assert inference.inference_model(mixed) is not mixed
+  assert not inference.decode_with_xla(model, 10**6) or hp.hidden_size >= 512
 
 
 # -- End to end: train 3 steps and beam-decode, with and without the switch ------------------
