@@ -47,9 +47,10 @@ import tensorflow as tf
 from data_gen.text_encoder import EOS_ID
 from t2t_keras.decoding_state import DecodingState
 from t2t_keras.perf import search
-from t2t_keras.search_utils import (IntOrTensor, SymbolsToLogitsFn, check_decode_length,
-                                    check_logits, check_positive_int, check_state,
-                                    init_id_buffer, item_decode_lengths, write_column)
+from t2t_keras.search_utils import (IntOrTensor, SearchOutput, SymbolsToLogitsFn,
+                                    check_decode_length, check_logits, check_positive_int,
+                                    check_state, init_id_buffer, item_decode_lengths,
+                                    write_column)
 
 INF = 1.0 * 1e7
 
@@ -82,25 +83,6 @@ class BeamSearchOptions:
     if self.top_beams > self.beam_size:
       raise ValueError(f"top_beams must be <= beam_size={self.beam_size}, "
                        f"got {self.top_beams}.")
-
-
-class BeamSearchOutput(NamedTuple):
-  """What `beam_search` returns.
-
-  ids: `[batch, beam_size, decode_length + 1]` int32, leading initial id,
-    0-padded after EOS / after the last step; sorted best first.
-  scores: `[batch, beam_size]` float32; length-normalised scores of finished
-    sequences, or raw log-probs of alive ones for items where none finished.
-    If fewer than beam_size finished, the empty slots hold ids 0 and a score
-    <= -INF (as in T2T); drop them before showing n-best lists.
-  state: the final `DecodingState`: `per_beam` of the alive beams (leading dim
-    `batch * beam_size`), `per_item` as given, the final `in_place`.
-  num_steps: scalar int32, decoding steps run (<= decode_length).
-  """
-  ids: tf.Tensor
-  scores: tf.Tensor
-  state: DecodingState
-  num_steps: tf.Tensor
 
 
 class _BeamState(NamedTuple):
@@ -353,7 +335,7 @@ def _initial_beam_state(ids: tf.Tensor, state: DecodingState, beam_size: int) ->
 def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
                 decode_length: IntOrTensor, options: BeamSearchOptions,
                 state: Optional[DecodingState] = None,
-                decode_lengths: Optional[tf.Tensor] = None) -> BeamSearchOutput:
+                decode_lengths: Optional[tf.Tensor] = None) -> SearchOutput:
   """T2T beam search: ids, scores, final state and steps run.
 
   Each batch item gets exactly the result T2T's `beam_search` gives for it
@@ -375,7 +357,7 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
       as `decode_length`). Default: `decode_length` for every item.
 
   Returns:
-    `BeamSearchOutput(ids [batch, beam, decode_length + 1], scores [batch, beam],
+    `SearchOutput(ids [batch, beam, decode_length + 1], scores [batch, beam],
     state, num_steps)`, best beam first.
   """
   check_decode_length(decode_length)
@@ -396,4 +378,4 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
   ids = tf.where(any_finished[:, None, None], search.finished_seq, search.alive_seq)
   scores = tf.where(any_finished[:, None], search.finished_scores, search.alive_log_probs)
   final = DecodingState(search.per_beam, state.per_item, search.in_place)
-  return BeamSearchOutput(ids, scores, final, search.i)
+  return SearchOutput(ids, scores, final, search.i)

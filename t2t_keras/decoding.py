@@ -113,13 +113,13 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
     ids = out.ids[:, :, 1:]
     return (ids, out.scores) if decode_hp.return_beams else (ids[:, 0], out.scores[:, 0])
   if decode_hp.sampling_method == "argmax":
-    ids, scores = sampling.greedy_search(fn, initial, decode_length, EOS_ID, state,
-                                         decode_lengths=cap)
+    out = sampling.greedy_search(fn, initial, decode_length, EOS_ID, state,
+                                 decode_lengths=cap)
   else:
-    ids, scores = sampling.sample(fn, initial, decode_length, decode_hp.sampling_temp,
-                                  decode_hp.sampling_keep_top_k, eos_id=EOS_ID, state=state,
-                                  decode_lengths=cap)
-  ids = ids[:, 1:]
+    out = sampling.sample(fn, initial, decode_length, decode_hp.sampling_temp,
+                          decode_hp.sampling_keep_top_k, eos_id=EOS_ID, state=state,
+                          decode_lengths=cap)
+  ids, scores = out.ids[:, 1:], out.scores
   return (ids[:, None], scores[:, None]) if decode_hp.return_beams else (ids, scores)
 
 

@@ -19,9 +19,9 @@ import tensorflow as tf
 
 from data_gen.text_encoder import EOS_ID, PAD_ID
 from t2t_keras.decoding_state import DecodingState
-from t2t_keras.search_utils import (IntOrTensor, SymbolsToLogitsFn, check_decode_length,
-                                    check_logits, check_state, init_id_buffer, is_int,
-                                    item_decode_lengths, write_column)
+from t2t_keras.search_utils import (IntOrTensor, SearchOutput, SymbolsToLogitsFn,
+                                    check_decode_length, check_logits, check_state,
+                                    init_id_buffer, is_int, item_decode_lengths, write_column)
 
 # T2T's sampling_keep_top_k sets the logits outside the top k to this value.
 _TOP_K_MASK_LOGIT = -1e6
@@ -87,16 +87,16 @@ def _decode_loop(symbols_to_logits_fn, initial_ids, decode_length, eos_id, state
     return tf.reduce_any(tf.logical_and(tf.logical_not(hit_eos), i < lengths))
 
   # `per_item` never changes: captured by the loop, not carried through it.
-  _, ids, log_prob, _, _, _ = tf.while_loop(
+  steps, ids, log_prob, _, per_beam, in_place = tf.while_loop(
       cond, body, (tf.constant(0), ids, tf.zeros([batch_size]),
                    tf.zeros([batch_size], tf.bool), state.per_beam, state.in_place))
-  return ids, log_prob
+  return SearchOutput(ids, log_prob, DecodingState(per_beam, state.per_item, in_place), steps)
 
 
 def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
                   decode_length: IntOrTensor, eos_id: int = EOS_ID,
                   state: Optional[DecodingState] = None,
-                  decode_lengths: Optional[tf.Tensor] = None) -> tuple:
+                  decode_lengths: Optional[tf.Tensor] = None) -> SearchOutput:
   """Argmax decoding (T2T `_fast_decode` with `sampling_method="argmax"`).
 
   Args:
@@ -111,9 +111,10 @@ def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tenso
       T2T's greedy loop does at its decode_length.
 
   Returns:
-    `(ids [batch, decode_length + 1] int32` incl. the leading initial id, 0
-    after the first EOS or the row's last step; `scores [batch]` float32 =
-    sum of log-probs up to and including the first EOS).
+    `search_utils.SearchOutput`: ids `[batch, decode_length + 1]` int32 incl.
+    the leading initial id, 0 after the first EOS or the row's last step;
+    scores `[batch]` float32 = sum of log-probs up to and including the first
+    EOS; the final state; the steps run.
   """
   return _decode_loop(symbols_to_logits_fn, initial_ids, decode_length, eos_id, state,
                       lambda logits, i: sample_with_temperature(logits, 0.0), decode_lengths)
@@ -123,7 +124,7 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
            decode_length: IntOrTensor, temperature: float = 1.0, top_k: int = -1,
            seed: Union[int, Sequence[int]] = 0, eos_id: int = EOS_ID,
            state: Optional[DecodingState] = None,
-           decode_lengths: Optional[tf.Tensor] = None) -> tuple:
+           decode_lengths: Optional[tf.Tensor] = None) -> SearchOutput:
   """Sampling decode (T2T `sampling_method="random"`).
 
   Args:

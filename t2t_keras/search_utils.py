@@ -7,7 +7,7 @@ stop each row at its own decode length, so shapes never change across steps.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -19,6 +19,29 @@ from t2t_keras.decoding_state import DecodingState
 SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, DecodingState],
                              Tuple[tf.Tensor, DecodingState]]
 IntOrTensor = Union[int, tf.Tensor]
+
+
+class SearchOutput(NamedTuple):
+  """What every search returns (`beam_search.beam_search`, `sampling.greedy_search`,
+  `sampling.sample`).
+
+  ids: int32 incl. the leading initial id, 0-padded after EOS / after the last
+    step. Beam search: `[batch, beam_size, decode_length + 1]`, sorted best
+    first; greedy and sampling: `[batch, decode_length + 1]`.
+  scores: float32. Beam search: `[batch, beam_size]`, length-normalised scores
+    of finished sequences, or raw log-probs of alive ones for items where none
+    finished; if fewer than beam_size finished, the empty slots hold ids 0 and a
+    score <= -INF (as in T2T): drop them before showing n-best lists. Greedy and
+    sampling: `[batch]`, the sum of log-probs up to and including the first EOS.
+  state: the final `DecodingState`: `per_beam` of the final hypotheses (beam
+    search: the alive beams, leading dim `batch * beam_size`), `per_item` as
+    given, the final `in_place`.
+  num_steps: scalar int32, decoding steps run (<= decode_length).
+  """
+  ids: tf.Tensor
+  scores: tf.Tensor
+  state: DecodingState
+  num_steps: tf.Tensor
 
 
 def write_column(buffer: tf.Tensor, position: tf.Tensor, values: tf.Tensor) -> tf.Tensor:

@@ -180,7 +180,7 @@ def test_beam_size_one_equals_greedy(seed):
   fn = table_fn(table)
   ids, scores, _, _ = bs.beam_search(fn, tf.constant(sos), 7,
                                      bs.BeamSearchOptions(1, 6, alpha=0.0))
-  g_ids, g_scores = sampling.greedy_search(fn, tf.constant(sos), 7)
+  g_ids, g_scores, *_ = sampling.greedy_search(fn, tf.constant(sos), 7)
   np.testing.assert_array_equal(ids.numpy()[:, 0], g_ids.numpy())
   np.testing.assert_allclose(scores.numpy()[:, 0], g_scores.numpy(),
                              rtol=1e-5, atol=1e-5)
@@ -219,7 +219,7 @@ def test_beam_search_beats_greedy_on_hand_built_model():
   fn = table_fn(table)
   alpha = 0.6
   best_tokens, best_score = enumerate_finished(table, 0, alpha)[0]
-  g_ids, _ = sampling.greedy_search(fn, tf.constant([0]), 3)
+  g_ids, _, *_ = sampling.greedy_search(fn, tf.constant([0]), 3)
   assert finished_tokens(g_ids.numpy()[0]) != best_tokens  # greedy misses
   ids, scores, _, _ = bs.beam_search(fn, tf.constant([0]), 3, bs.BeamSearchOptions(2, 4, alpha))
   assert finished_tokens(ids.numpy()[0, 0]) == best_tokens == [3, EOS]
@@ -357,7 +357,7 @@ def test_xla_matches_eager():
     fn = table_fn(table)
     return sampling.greedy_search(fn, sos, 10), sampling.sample(fn, sos, 10, seed=7, top_k=3)
 
-  (g_ids, _), (s_ids, _) = xla_decode(table, sos)
+  (g_ids, *_), (s_ids, *_) = xla_decode(table, sos)
   np.testing.assert_array_equal(g_ids.numpy(),
                                 sampling.greedy_search(table_fn(table), sos,
                                                        10)[0].numpy())
@@ -563,7 +563,7 @@ def test_top_log_prob_extensions_tie_across_blocks_goes_to_lower_id():
 def test_greedy_matches_numpy_reference(seed):
   table = random_table(seed, length=9, vocab=7, eos_boost=0.5)
   sos = [0, 2, 3, 4, 5, 6]
-  ids, scores = sampling.greedy_search(table_fn(table), tf.constant(sos), 9)
+  ids, scores, *_ = sampling.greedy_search(table_fn(table), tf.constant(sos), 9)
   ref_ids, ref_scores = numpy_greedy(table, sos)
   np.testing.assert_array_equal(ids.numpy(), ref_ids)  # 0 after EOS
   np.testing.assert_allclose(scores.numpy(), ref_scores, rtol=1e-5,
@@ -579,7 +579,7 @@ def test_greedy_stops_when_all_rows_hit_eos():
     calls.append(int(i))
     return table_fn(table)(ids, i, state)
 
-  ids, _ = sampling.greedy_search(fn, tf.constant([0, 2]), 20)  # eager: counts
+  ids, _, *_ = sampling.greedy_search(fn, tf.constant([0, 2]), 20)  # eager: counts
   assert calls == [0]
   np.testing.assert_array_equal(ids.numpy()[:, 1], [EOS, EOS])
   assert not ids.numpy()[:, 2:].any()
@@ -589,9 +589,9 @@ def test_greedy_stops_when_all_rows_hit_eos():
 def test_sample_top_k_one_equals_greedy(temperature):
   table = random_table(21, length=8, vocab=9, eos_boost=0.3, scale=0.7)
   sos = tf.constant([0, 2, 3, 4, 5, 6, 7, 8])
-  g_ids, g_scores = sampling.greedy_search(table_fn(table), sos, 8)
+  g_ids, g_scores, *_ = sampling.greedy_search(table_fn(table), sos, 8)
   for seed in range(3):
-    ids, scores = sampling.sample(table_fn(table), sos, 8, temperature, top_k=1,
+    ids, scores, *_ = sampling.sample(table_fn(table), sos, 8, temperature, top_k=1,
                                   seed=seed)
     np.testing.assert_array_equal(ids.numpy(), g_ids.numpy())
     np.testing.assert_allclose(scores.numpy(), g_scores.numpy(), rtol=1e-6)
@@ -602,7 +602,7 @@ def test_temperature_zero_is_argmax():
   sos = [0, 2, 3, 4]
   ref_ids, _ = numpy_greedy(table, sos)
   for top_k in (-1, 4):
-    ids, _ = sampling.sample(table_fn(table), tf.constant(sos), 8, 0.0, top_k,
+    ids, _, *_ = sampling.sample(table_fn(table), tf.constant(sos), 8, 0.0, top_k,
                              seed=5)
     np.testing.assert_array_equal(ids.numpy(), ref_ids)
 
@@ -628,7 +628,7 @@ def test_sample_frequencies_match_tempered_softmax(temperature, top_k):
   def fn(ids, i, state):
     return tf.tile(tf.constant(logits)[None], [tf.shape(ids)[0], 1]), state
 
-  ids, scores = sampling.sample(fn, tf.zeros([n], tf.int32), 1, temperature, top_k,
+  ids, scores, *_ = sampling.sample(fn, tf.zeros([n], tf.int32), 1, temperature, top_k,
                                 seed=1, eos_id=99)
   drawn = ids.numpy()[:, 1]
   kept = np.argsort(-logits)[:top_k] if top_k > 0 else np.arange(5)
@@ -728,7 +728,7 @@ def test_at_cap_nothing_is_forced_hand_made_table():
     port = t2t.t2t_beam_search(port_fn(table, sos[b]), 2, 1.0, lengths[b], 6)
     assert_equals_port(ids[b], scores[b], *port)
   # Greedy stops at each row's cap without EOS.
-  g_ids, g_scores = sampling.greedy_search(table_fn(table), tf.constant(sos), 5,
+  g_ids, g_scores, *_ = sampling.greedy_search(table_fn(table), tf.constant(sos), 5,
                                            decode_lengths=tf.constant(lengths))
   np.testing.assert_array_equal(g_ids.numpy()[:, 1:],
                                 [[2, 2, 2, 2, 0], [4, 4, 4, 0, 0]])
@@ -762,7 +762,7 @@ def test_per_item_decode_lengths_equal_t2t_on_each_item_alone(seed):
     results[top] = out.ids.numpy()[:, :, 1:], out.scores.numpy()
     # A stopped item keeps the per-beam state of its own last step.
     steps[top] = out.state.per_beam["steps"].numpy().reshape([len(sos), 3])[:, 0]
-  g_ids, g_scores = sampling.greedy_search(table_fn(table), tf.constant(sos), 9,
+  g_ids, g_scores, *_ = sampling.greedy_search(table_fn(table), tf.constant(sos), 9,
                                            decode_lengths=tf.constant(lengths))
   for b in range(len(sos)):
     fn = port_fn(table, sos[b])
@@ -786,7 +786,7 @@ def test_sample_stops_each_row_at_its_decode_length_without_eos():
   table[:, :, EOS] = -30.0  # never drawn
   table -= np.log(np.exp(table).sum(-1, keepdims=True))  # normalised again
   lengths = [4, 1, 3]
-  ids, scores = sampling.sample(table_fn(table), tf.constant([0, 5, 2]), 5,
+  ids, scores, *_ = sampling.sample(table_fn(table), tf.constant([0, 5, 2]), 5,
                                 temperature=1.0, seed=3,
                                 decode_lengths=tf.constant(lengths))
   ids = ids.numpy()
@@ -794,3 +794,18 @@ def test_sample_stops_each_row_at_its_decode_length_without_eos():
     assert np.all(ids[b, 1:1 + n] != EOS) and not ids[b, 1 + n:].any()
     want = sum(table[s, ids[b, s], ids[b, s + 1]] for s in range(n))
     np.testing.assert_allclose(scores.numpy()[b], want, rtol=1e-5, atol=1e-6)
+
+
+def test_every_search_returns_one_type_with_its_steps():
+  """Beam, greedy and sampling all return `search_utils.SearchOutput`; greedy's
+  `num_steps` is the first step at which every row has hit EOS (or the cap)."""
+  from t2t_keras.search_utils import SearchOutput  # pylint: disable=g-import-not-at-top
+  table = random_table(3, length=9, vocab=8, eos_boost=1.0)
+  sos = tf.constant([0, 2, 3])
+  beam = bs.beam_search(table_fn(table), sos, 9, bs.BeamSearchOptions(2, 8, 0.6))
+  greedy = sampling.greedy_search(table_fn(table), sos, 9)
+  drawn = sampling.sample(table_fn(table), sos, 9, seed=(1, 2))
+  assert all(type(out) is SearchOutput for out in (beam, greedy, drawn))
+  ids = greedy.ids.numpy()[:, 1:]
+  ends = [list(row).index(EOS) + 1 if EOS in row else 9 for row in ids]
+  assert int(greedy.num_steps) == max(ends)
