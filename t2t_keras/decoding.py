@@ -131,7 +131,8 @@ def make_decode_fn(model: Transformer, decode_hp: DecodeHParams, use_cache: bool
   static, as XLA needs); callers pad lengths to a few buckets to bound retracing.
   A mixed-bfloat16 model decodes through its bfloat16 twin (`perf.inference`).
   """
-  fn = functools.partial(decode_ids, inference.inference_model(model), decode_hp=decode_hp, use_cache=use_cache)
+  fn = functools.partial(decode_ids, inference.inference_model(model), decode_hp=decode_hp,
+                         use_cache=use_cache)
   if jit_compile:
     return tf.function(fn, jit_compile=True)
   return tf.function(fn, input_signature=[tf.TensorSpec([None, None], tf.int32)])
