@@ -7,8 +7,9 @@ import sys
 import pytest
 
 
-def run_cli(module, argv, capsys):
-  """Runs `module`.run() with `argv`; returns (exit status, stderr)."""
+def run_cli_output(module, argv, capsys):
+  """Runs `module`.run() with `argv`; returns (exit status, stdout, stderr), status 0
+  when the command returned normally."""
   from absl import flags
   cli = importlib.import_module(module)
   flags.FLAGS.unparse_flags()
@@ -20,4 +21,11 @@ def run_cli(module, argv, capsys):
   finally:
     sys.argv = old
     flags.FLAGS.unparse_flags()
-  return exit_info.value.code, capsys.readouterr().err
+  out = capsys.readouterr()
+  return exit_info.value.code or 0, out.out, out.err
+
+
+def run_cli(module, argv, capsys):
+  """Runs `module`.run() with `argv`; returns (exit status, stderr)."""
+  code, _, err = run_cli_output(module, argv, capsys)
+  return code, err

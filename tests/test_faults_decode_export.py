@@ -8,7 +8,6 @@ logged once it has). A full disk is simulated with RLIMIT_FSIZE (writes past the
 limit fail with EFBIG; SIGXFSZ ignored) and, as root, with a small tmpfs (ENOSPC).
 """
 
-import importlib
 import io
 import json
 import os
@@ -25,6 +24,7 @@ import tensorflow_text  # noqa: F401  (registers the TF-Text ops the SavedModel 
 from t2t_keras import checkpoints, decode_text, decoding, errors, export, run_dir
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from tests import stub_decoding
+from tests.cli_in_process import run_cli_output
 from tests.tiny_problem import make_tiny_problem
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,21 +59,6 @@ def run(tmp_path_factory):
   model, hp, _, _, _ = run_dir.load_trained_model(os.path.join(root, "dir"))
   return dict(dir=os.path.join(root, "dir"), data=data_dir, hp=hp, model=model,
               encoders=encoders, other=paths["other"])
-
-
-def _cli(module, args, capsys, monkeypatch):
-  """Runs a command's run() in this process: (exit status, stdout, stderr)."""
-  from absl import flags
-  cli = importlib.import_module(module)
-  flags.FLAGS.unparse_flags()
-  monkeypatch.setattr(sys, "argv", ["prog", *map(str, args)])
-  try:
-    with pytest.raises(SystemExit) as exit_info:
-      cli.run()
-  finally:
-    flags.FLAGS.unparse_flags()
-  out = capsys.readouterr()
-  return exit_info.value.code or 0, out.out, out.err
 
 
 def _decoder(run, *args):
@@ -162,12 +147,11 @@ def test_decode_from_stdin_dash_equals_decoding_the_file(run, tmp_path, capsys, 
   text = "\n".join(LINES[:4]) + "\n"
   source = tmp_path / "source.txt"
   source.write_text(text, encoding="utf-8")
-  status, _, err = _cli(*_decoder(run, f"--decode_from_file={source}",
-                                  f"--decode_to_file={tmp_path / 'from_file.txt'}"), capsys,
-                          monkeypatch)
+  status, _, err = run_cli_output(*_decoder(run, f"--decode_from_file={source}",
+                                  f"--decode_to_file={tmp_path / 'from_file.txt'}"), capsys)
   assert status == 0, err[-3000:]
   monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8"))))
-  status, out, err = _cli(*_decoder(run, "--decode_from_file=-"), capsys, monkeypatch)
+  status, out, err = run_cli_output(*_decoder(run, "--decode_from_file=-"), capsys)
   assert status == 0, err[-3000:]
   assert out.split("\n") == (tmp_path / "from_file.txt").read_text("utf-8").split("\n")
   assert len(out.split("\n")) == 5
@@ -194,7 +178,7 @@ def test_binary_input_file_is_refused_before_loading(run, tmp_path, capsys, monk
   args = {"decode_from_file": [f"--decode_from_file={binary}"],
           "decode_reference": [f"--decode_from_file={text}", f"--decode_reference={binary}"],
           "score_file": [f"--score_file={binary}"]}[flag]
-  status, out, err = _cli(*_decoder(run, *args), capsys, monkeypatch)
+  status, out, err = run_cli_output(*_decoder(run, *args), capsys)
   _one_line(status, err, 2, f"--{flag}={binary} is a binary file (a NUL byte on line 2)")
   assert out == ""
 
@@ -218,9 +202,9 @@ def test_unwritable_export_dir_is_refused_before_loading(run, tmp_path, capsys, 
   # systems): it says yes; only a real write tells.
   monkeypatch.setattr(os, "access", lambda path, mode, **kwargs: True)
   try:
-    status, _, err = _cli("t2t_keras.cli.exporter", [
+    status, _, err = run_cli_output("t2t_keras.cli.exporter", [
         f"--data_dir={run['data']}", f"--output_dir={run['dir']}",
-        f"--export_dir={target / 'export'}"], capsys, monkeypatch)
+        f"--export_dir={target / 'export'}"], capsys)
   finally:
     if mounted:
       subprocess.run(["umount", str(target)], check=True)
@@ -251,15 +235,15 @@ def test_damaged_or_missing_run_file_is_one_line(run, tmp_path, capsys, monkeypa
       f.write(damage(text))
   for module, extra in (("t2t_keras.cli.decoder", [f"--decode_from_file={__file__}"]),
                         ("t2t_keras.cli.exporter", [f"--export_dir={tmp_path / 'export'}"])):
-    status, _, err = _cli(module, [f"--data_dir={run['data']}", f"--output_dir={directory}",
-                                   *extra], capsys, monkeypatch)
+    status, _, err = run_cli_output(module, [f"--data_dir={run['data']}", f"--output_dir={directory}",
+                                   *extra], capsys)
     _one_line(status, err, 2, message, directory, "t2t_keras_trainer")
   assert not os.path.exists(tmp_path / "export")
 
 
 def test_checkpoint_of_another_model_names_a_variable_and_both_shapes(run, capsys, monkeypatch):
-  status, out, err = _cli(*_decoder(run, f"--checkpoint_path={run['other']}",
-                                    f"--decode_from_file={__file__}"), capsys, monkeypatch)
+  status, out, err = run_cli_output(*_decoder(run, f"--checkpoint_path={run['other']}",
+                                    f"--decode_from_file={__file__}"), capsys)
   _one_line(status, err, 2, f"Checkpoint {run['other']} holds another model: variable ",
             "has shape (32,) there but (16,) in this run's model", run["dir"])
   assert out == ""
@@ -331,8 +315,8 @@ def test_full_tmpfs_while_exporting_and_decoding(run, small_tmpfs, tmp_path, cap
   source = tmp_path / "source.txt"
   source.write_text("\n".join(LINES) * 40 + "\n", encoding="utf-8")  # > 4 KiB out
   out = small_tmpfs / "out.txt"
-  status, _, err = _cli(*_decoder(run, f"--decode_from_file={source}",
-                                  f"--decode_to_file={out}"), capsys, monkeypatch)
+  status, _, err = run_cli_output(*_decoder(run, f"--decode_from_file={source}",
+                                  f"--decode_to_file={out}"), capsys)
   _one_line(status, err, 4, f"no space left writing --decode_to_file={out} (No space left",
             loaded=True)
   assert os.listdir(small_tmpfs) == ["export"]
