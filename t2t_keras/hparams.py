@@ -42,7 +42,8 @@ INITIALIZERS = ("uniform_unit_scaling", "normal_unit_scaling", "uniform", "ortho
 # Factors of `learning_rate_schedule` strings (T2T `utils/learning_rate.py`).
 LEARNING_RATE_FACTORS = ("constant", "linear_warmup", "rsqrt_decay", "rsqrt_normalized_decay",
                          "rsqrt_hidden_size", "linear_decay", "cosdecay",
-                         "single_cycle_cos_decay", "exp_decay", "legacy")
+                         "single_cycle_cos_decay", "multi_cycle_cos_decay", "exp_decay",
+                         "legacy")
 # `learning_rate_decay_scheme` values of the legacy schedule. T2T's "piecewise"
 # reads `learning_rate_boundaries` / `learning_rate_multiples`, fields not kept here.
 LEGACY_DECAY_SCHEMES = ("noam", "none", "exp", "cosine", "cyclelinear10x", "sqrt")
@@ -122,6 +123,7 @@ class HParams(_Fields):
   learning_rate_warmup_steps: int = 4000
   learning_rate_decay_steps: int = 5000
   learning_rate_decay_rate: float = 1.0
+  learning_rate_decay_staircase: bool = False
   learning_rate_cosine_cycle_steps: int = 250000
   # Input pipeline (batch_size counts tokens per replica, padding included).
   batch_size: int = 4096

@@ -16,7 +16,7 @@ FACTORS = LEARNING_RATE_FACTORS
 
 
 def _factor(name: str, step: tf.Tensor, hp: HParams, train_steps: int) -> tf.Tensor:
-  """One factor of T2T's `learning_rate_factor` at global step `step` (float32)."""
+  """One factor of T2T's `learning_rate_factor` at T2T's step `step` (float32)."""
   warmup = float(hp.learning_rate_warmup_steps)
   decay_steps = float(hp.learning_rate_decay_steps)
   if name == "constant":
@@ -32,17 +32,43 @@ def _factor(name: str, step: tf.Tensor, hp: HParams, train_steps: int) -> tf.Ten
   if name == "linear_decay":
     return tf.minimum(1.0, tf.maximum(0.0, (train_steps - step) / decay_steps))
   if name == "cosdecay":  # 1 up to the end of warmup, then cos over decay_steps from step 0.
-    decayed = 0.5 * (1.0 + tf.cos(math.pi * step / decay_steps))
-    return tf.where(step <= warmup, 1.0, decayed)
-  if name == "single_cycle_cos_decay":  # From 1 at the end of warmup to 0 decay_steps later.
-    return 0.5 + 0.5 * tf.cos(math.pi * (tf.maximum(step, warmup) - warmup) / decay_steps)
-  if name == "exp_decay":  # T2T's learning_rate_decay_staircase=False.
-    progress = tf.maximum(0.0, (step - warmup) / decay_steps)
-    return tf.pow(tf.constant(hp.learning_rate_decay_rate, tf.float32), progress)
+    return tf.where(step <= warmup, 1.0, _half_cosine(step / decay_steps))
+  if name == "single_cycle_cos_decay":  # T2T >= 1.14: from 1 after warmup to 0 at train_steps.
+    return _half_cosine((tf.maximum(step, warmup) - warmup) / (train_steps - warmup))
+  if name == "multi_cycle_cos_decay":  # 1 after warmup, 0 decay_steps later, 1 again...
+    return _half_cosine((tf.maximum(step, warmup) - warmup) / decay_steps)
+  if name == "exp_decay":
+    return tf.pow(tf.constant(hp.learning_rate_decay_rate, tf.float32),
+                  _decay_progress(tf.maximum(0.0, (step - warmup) / decay_steps), hp))
   if name == "legacy":
     return legacy_learning_rate(step, hp)
   raise ValueError(f"Unknown learning_rate_schedule factor {name!r}; valid factors: "
                    f"{', '.join(FACTORS)}.")
+
+
+def _half_cosine(fraction: tf.Tensor) -> tf.Tensor:
+  """T2T's 0.5 * (1 + cos(pi * fraction)), as cos(pi * fraction / 2)^2: the same
+  value, without float32's cancellation near 0 (the last steps of a decay)."""
+  return tf.square(tf.cos(0.5 * math.pi * fraction))
+
+
+def _decay_progress(progress: tf.Tensor, hp: HParams) -> tf.Tensor:
+  """Decay periods elapsed: whole periods only under `learning_rate_decay_staircase`."""
+  return tf.floor(progress) if hp.learning_rate_decay_staircase else progress
+
+
+def t2t_step(updates, accumulate_steps: int) -> tf.Tensor:
+  """T2T's schedule step (`learning_rate._global_step`) when update `updates` is applied.
+
+  T2T's global step counts micro-batches and its schedule reads it divided by
+  `optimizer_multistep_accumulate_steps` n: MultistepAdam applies update k
+  (0-based) at global step (k + 1)n - 1, so it reads the schedule at
+  k + 1 - 1/n. Without accumulation (n = 0 or 1) the step is k.
+  """
+  updates = tf.cast(updates, tf.float32)
+  if accumulate_steps > 1:
+    return updates + 1.0 - 1.0 / accumulate_steps
+  return updates
 
 
 def legacy_learning_rate(step: tf.Tensor, hp: HParams) -> tf.Tensor:
@@ -52,7 +78,8 @@ def legacy_learning_rate(step: tf.Tensor, hp: HParams) -> tf.Tensor:
   learning_rate 0.1 this is exactly the paper's d^-0.5 * min(n^-0.5, n * warmup^-1.5)
   with n = s + 1. Every other scheme warms up exponentially from 1% over
   `learning_rate_warmup_steps` w (0.01^((w - s) / w) while s < w) and then decays:
-    none: 1;  exp: decay_rate^((s - w) / decay_steps);  sqrt: 500 / sqrt(max(s - w, 1));
+    none: 1;  exp: decay_rate^((s - w) / decay_steps), floored under
+      learning_rate_decay_staircase;  sqrt: 500 / sqrt(max(s - w, 1));
     cosine: 0.5 * (1 + cos(pi * c / C)), c = C - |C - s mod 2C|, C = cosine_cycle_steps
       (down to 0 over C steps, back up over the next C);
     cyclelinear10x: 3 * (1.1 - |s mod 2w - w| / w), from 0.3 to 3.3 and back every 2w.
@@ -80,9 +107,9 @@ def _legacy_decay(scheme: str, step: tf.Tensor, hp: HParams) -> tf.Tensor:
   warmup = float(hp.learning_rate_warmup_steps)
   if scheme == "none":
     return tf.ones_like(step)
-  if scheme == "exp":
+  if scheme == "exp":  # No floor at 0: inside warmup the warmup rate is used.
     return tf.pow(tf.constant(hp.learning_rate_decay_rate, tf.float32),
-                  (step - warmup) / float(hp.learning_rate_decay_steps))
+                  _decay_progress((step - warmup) / float(hp.learning_rate_decay_steps), hp))
   if scheme == "sqrt":
     return 500.0 / tf.sqrt(tf.maximum(step - warmup, 1.0))
   if scheme == "cosine":
@@ -98,21 +125,31 @@ def _legacy_decay(scheme: str, step: tf.Tensor, hp: HParams) -> tf.Tensor:
 class T2TLearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
   """Product of the "*"-separated factors of `hparams.learning_rate_schedule`.
 
-  The step is the number of optimizer updates applied so far (T2T's global step;
-  with gradient accumulation, one update per accumulated batch).
+  Called with the number of optimizer updates applied so far (Keras'
+  `iterations`), it evaluates T2T's factors at T2T's step for that update
+  (`t2t_step`): the update count itself, or under gradient accumulation the
+  step MultistepAdam's update is applied at, divided by the accumulation.
+  `train_steps` counts updates (T2T's --train_steps counts micro-batches).
   """
 
   def __init__(self, hparams: HParams, train_steps: int = 250000):
     self.hparams = hparams
     self.train_steps = train_steps
+    self.accumulate_steps = hparams.optimizer_multistep_accumulate_steps
     self.factors = schedule_factors(hparams.learning_rate_schedule)
     for name in self.factors:
       if name not in FACTORS:
         raise ValueError(f"Unknown learning_rate_schedule factor {name!r} in "
                          f"{hparams.learning_rate_schedule!r}; valid: {', '.join(FACTORS)}.")
+    if "single_cycle_cos_decay" in self.factors and \
+        train_steps <= hparams.learning_rate_warmup_steps:
+      raise ValueError(
+          f"learning_rate_schedule single_cycle_cos_decay decays from the end of warmup to "
+          f"--train_steps: it needs train_steps ({train_steps}) > learning_rate_warmup_steps "
+          f"({hparams.learning_rate_warmup_steps}); raise --train_steps or lower the warmup.")
 
   def __call__(self, step):
-    step = tf.cast(step, tf.float32)
+    step = t2t_step(step, self.accumulate_steps)
     rate = tf.constant(1.0, tf.float32)
     for name in self.factors:
       rate *= _factor(name, step, self.hparams, self.train_steps)
@@ -128,11 +165,49 @@ class T2TLearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 class FusedAdam(keras.optimizers.Adam):
   """Keras' Adam whose per-variable update is TensorFlow's fused ApplyAdam kernel
-  (`t2t_keras.perf.adam`), the kernel T2T's `tf.train.AdamOptimizer` ran."""
+  (`t2t_keras.perf.adam`), the kernel T2T's `tf.train.AdamOptimizer` ran.
+
+  Args:
+    adam_step_offset: updates counted in `iterations` that Adam did not make
+      (a T2T run imported without its Adam state): Adam's t, the exponent of
+      its bias correction, is iterations + 1 - adam_step_offset, while the
+      learning-rate schedule still reads `iterations`.
+    **kwargs: keras.optimizers.Adam's.
+  """
+
+  def __init__(self, *args, adam_step_offset: int = 0, **kwargs):
+    super().__init__(*args, **kwargs)
+    if adam_step_offset < 0:
+      raise ValueError(f"adam_step_offset must be >= 0, got {adam_step_offset}.")
+    self.adam_step_offset = int(adam_step_offset)
+
+  def adam_step(self):
+    """Adam's t of the update being applied (1 for its first), as a float32 tensor."""
+    step = tf.cast(self.iterations + 1 - self.adam_step_offset, tf.float32)
+    return tf.maximum(step, 1.0)
 
   def update_step(self, gradient, variable, learning_rate):
-    if not adam.fused_adam_update(self, gradient, variable, learning_rate):
+    step = self.adam_step()
+    if adam.fused_adam_update(self, gradient, variable, learning_rate, step):
+      return
+    if not self.adam_step_offset or self.amsgrad:
       super().update_step(gradient, variable, learning_rate)
+      return
+    # Keras' update with Adam's own t (Keras' reads `iterations`).
+    dtype = variable.dtype
+    lr = tf.cast(learning_rate, dtype)
+    gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)
+    step = tf.cast(step, dtype)
+    beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+    index = self._get_variable_index(variable)
+    m, v = self._momentums[index], self._velocities[index]
+    alpha = lr * tf.sqrt(1 - tf.pow(beta_2, step)) / (1 - tf.pow(beta_1, step))
+    self.assign_add(m, (gradient - m) * (1 - beta_1))
+    self.assign_add(v, (tf.square(gradient) - v) * (1 - beta_2))
+    self.assign_sub(variable, m * alpha / (tf.sqrt(v) + tf.cast(self.epsilon, dtype)))
+
+  def get_config(self):
+    return dict(super().get_config(), adam_step_offset=self.adam_step_offset)
 
 
 class ReducedAdam(FusedAdam):
@@ -149,7 +224,8 @@ class ReducedAdam(FusedAdam):
 
 def create_optimizer(hparams: HParams, train_steps: int = 250000,
                      schedule: Optional[keras.optimizers.schedules.LearningRateSchedule] = None,
-                     all_reduced: bool = False) -> keras.optimizers.Adam:
+                     all_reduced: bool = False, clip: bool = True,
+                     adam_step_offset: int = 0) -> keras.optimizers.Adam:
   """Adam with T2T's β1, β2, ε and schedule.
 
   T2T's `adam` is LazyAdam, whose sparse updates equal dense Adam for the rows a
@@ -165,6 +241,9 @@ def create_optimizer(hparams: HParams, train_steps: int = 250000,
       there is one schedule object.
     all_reduced: the caller passes gradients already summed over replicas
       (the Trainer does): a `ReducedAdam`, which does not sum them again.
+    clip: the optimizer clips by `clip_grad_norm`; False where the caller
+      clips (the Trainer clips each micro-batch's gradient, as T2T).
+    adam_step_offset: see `FusedAdam`.
 
   Returns:
     a `FusedAdam` (Keras's Adam, updated by TensorFlow's fused kernel).
@@ -174,4 +253,5 @@ def create_optimizer(hparams: HParams, train_steps: int = 250000,
       learning_rate=schedule or T2TLearningRateSchedule(hparams, train_steps),
       beta_1=hparams.optimizer_adam_beta1, beta_2=hparams.optimizer_adam_beta2,
       epsilon=hparams.optimizer_adam_epsilon,
-      global_clipnorm=hparams.clip_grad_norm or None)
+      global_clipnorm=(hparams.clip_grad_norm or None) if clip else None,
+      adam_step_offset=adam_step_offset)

@@ -67,7 +67,6 @@ T2T_INERT_HPARAMS: Dict[str, str] = {
         "problem_hparams")},
     "mixed_precision_optimizer_loss_scaler": "float16 loss scaling; activation_dtype is checked",
     "mixed_precision_optimizer_init_loss_scale": "float16 loss scaling; activation_dtype is checked",
-    "learning_rate_decay_staircase": "read only by the 'exp' decay scheme",
 }
 
 # T2T hparams our transformer does not implement other than at these values.

@@ -1,13 +1,17 @@
 """Training with tf.distribute: T2T's loss semantics, accumulation, checkpoints.
 
-One optimizer update ("step", T2T's global step) consumes
-`optimizer_multistep_accumulate_steps` micro-batches (1 if unset) on every
-replica. Its loss is T2T's: the sum of token losses over all micro-batches and
-replicas divided by the sum of their non-pad weights, so that accumulating 4
-micro-batches or splitting a batch over replicas gives the update of one big
-batch. Gradients are all-reduced once, by us, so that the global gradient norm
-is known for summaries; the optimizer (optimization.create_optimizer) clips
-the summed gradient by that norm.
+One optimizer update ("step") consumes n = `optimizer_multistep_accumulate_steps`
+micro-batches (1 if unset) on every replica, as T2T's MultistepAdamOptimizer
+(`utils/multistep_optimizer.py`). Each micro-batch's loss is T2T's
+(`t2t_model.py`): its summed token losses over all replicas divided by
+max(1, its non-pad target tokens over all replicas). As in T2T's
+`optimize.py`, weight decay's gradient is added to each micro-batch's gradient,
+which is then clipped by its global norm (`clip_grad_norm`); the update applies
+the mean of the n clipped gradients. Splitting a micro-batch over replicas
+therefore gives the update of one replica on the whole micro-batch; with n > 1
+a micro-batch of few tokens weighs as much as one of many (T2T's mean of
+means, not one big batch's token mean). Gradients are all-reduced by us, once
+per micro-batch, so that each one's global norm is known.
 """
 
 from __future__ import annotations
@@ -69,10 +73,13 @@ class Trainer:
     strategy: a tf.distribute.Strategy (one_device for a single CPU/GPU).
     train_steps: the total number of updates (for schedules that decay to it).
     jit_compile: compile the step functions with XLA.
+    adam_step_offset: updates before Adam's first (optimization.FusedAdam):
+      non-zero for a T2T run imported without its Adam state.
   """
 
   def __init__(self, hparams: HParams, spec: ModelSpec, strategy: tf.distribute.Strategy,
-               train_steps: int = 250000, jit_compile: bool = False):
+               train_steps: int = 250000, jit_compile: bool = False,
+               adam_step_offset: int = 0):
     self.hparams = hparams
     self.spec = spec
     self.strategy = strategy
@@ -81,8 +88,9 @@ class Trainer:
     self.schedule = T2TLearningRateSchedule(hparams, train_steps)  # the optimizer's too
     with strategy.scope():
       self.model = run_dir.build_model(hparams, spec)
-      # We all-reduce the gradients ourselves, once (see _replica_apply).
-      optimizer = create_optimizer(hparams, schedule=self.schedule, all_reduced=True)
+      # We all-reduce and clip the gradients ourselves (see _replica_reduce).
+      optimizer = create_optimizer(hparams, schedule=self.schedule, all_reduced=True,
+                                   clip=False, adam_step_offset=adam_step_offset)
       if keras.mixed_precision.global_policy().name == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
       self.optimizer = optimizer
@@ -106,16 +114,17 @@ class Trainer:
 
   # -- Train step --------------------------------------------------------------
 
-  def _replica_den(self, *batches):
-    """Non-PAD target tokens of the step's micro-batches over all replicas (>= 1).
+  def _replica_dens(self, *batches):
+    """[n]: each micro-batch's non-PAD target tokens over all replicas (>= 1).
 
     Known from the batches alone, before any forward pass: each replica can
-    differentiate the step's loss, sum / den, directly (T2T's loss), so its
-    gradients need no rescaling pass afterwards.
+    differentiate a micro-batch's loss, sum / den, directly (T2T's loss), so
+    its gradients need no rescaling pass afterwards.
     """
-    den = tf.add_n([tf.reduce_sum(tf.cast(b["targets"] != PAD_ID, tf.float32)) for b in batches])
-    den = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, den)
-    return tf.maximum(den, 1.0)
+    dens = tf.stack([tf.reduce_sum(tf.cast(b["targets"] != PAD_ID, tf.float32))
+                     for b in batches])
+    dens = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, dens)
+    return tf.maximum(dens, 1.0)
 
   def _replica_grads(self, batch, den):
     """Gradients of one micro-batch's summed token loss / `den` on one replica."""
@@ -135,27 +144,39 @@ class Trainer:
     flops = flops_lib.training_flops(self.hparams, self.spec.target_vocab_size,
                                      shape(batch["inputs"], 0), shape(batch["inputs"], 1),
                                      shape(batch["targets"], 1))
-    return [tf.convert_to_tensor(g) for g in grads], num, tf.stack([tokens, flops])
+    return [tf.convert_to_tensor(g) for g in grads], num / den, tf.stack([tokens, flops])
 
-  def _replica_apply(self, grads, num, den):
-    """All-reduce the (already normalized) gradients and apply (replica context).
+  def _replica_reduce(self, grads, loss):
+    """One micro-batch's gradient over all replicas, as T2T hands it to its optimizer.
 
-    The optimizer clips by the global norm (`clip_grad_norm`), after the weight
-    decay term is added, as T2T's optimize_loss; the norm returned is before clipping.
+    All-reduces the gradients and the loss, adds weight decay's gradient and
+    clips by the global norm (`clip_grad_norm`), as T2T's optimize_loss does
+    for every micro-batch; then divides by n for the mean of the micro-batches.
+    Returns (gradients / n, loss / n, the global norm before clipping / n).
+    Under float16 loss scaling the gradients stay scaled; norm and clip are of
+    the unscaled gradient.
     """
     ctx = tf.distribute.get_replica_context()
     grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-    num = ctx.all_reduce(tf.distribute.ReduceOp.SUM, num)
+    loss = ctx.all_reduce(tf.distribute.ReduceOp.SUM, loss)
     hp = self.hparams
-    variables = self.model.trainable_variables
     scale = self._loss_scale()
     if hp.weight_decay:
       # T2T adds weight_decay * l2_loss(v) (gradient weight_decay * v) for all but biases.
       grads = [g if _is_bias(v) else g + tf.cast(hp.weight_decay * scale, g.dtype) * v
-               for g, v in zip(grads, variables)]
-    grad_norm = tf.linalg.global_norm(grads) / scale
-    self.optimizer.apply_gradients(zip(grads, variables))
-    return num / den, grad_norm
+               for g, v in zip(grads, self.model.trainable_variables)]
+    scaled_norm = tf.linalg.global_norm(grads)
+    if hp.clip_grad_norm:
+      grads, _ = tf.clip_by_global_norm(grads, hp.clip_grad_norm * scale,
+                                        use_norm=scaled_norm)
+    share = 1.0 / self.accumulate_steps
+    return ([g * tf.cast(share, g.dtype) for g in grads], loss * share,
+            scaled_norm / scale * share)
+
+  def _replica_update(self, grads):
+    """Applies the step's (already all-reduced, clipped, averaged) gradients."""
+    self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+    return tf.constant(0.0)
 
   def _loss_scale(self) -> tf.Tensor:
     if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
@@ -164,31 +185,33 @@ class Trainer:
 
   def _build_train_fn(self):
     strategy = self.strategy
-    replica_grads, replica_apply = self._replica_grads, self._replica_apply
+    replica_grads = self._replica_grads
+    replica_reduce, replica_update = self._replica_reduce, self._replica_update
     if self.jit_compile:
       # XLA cannot hold the iterator (IteratorGetNext) nor, portably, the
       # cross-replica all-reduce: compile the forward/backward pass (nearly all
-      # of the FLOPs) and, on one device, the update; keep the rest outside.
+      # of the FLOPs) and, on one device, the reduction and the update; keep
+      # the rest outside.
       replica_grads = tf.function(replica_grads, jit_compile=True)
       if isinstance(strategy, tf.distribute.OneDeviceStrategy):
-        replica_apply = tf.function(replica_apply, jit_compile=True)
+        replica_reduce = tf.function(replica_reduce, jit_compile=True)
+        replica_update = tf.function(replica_update, jit_compile=True)
+    add = lambda a, b: tf.nest.map_structure(tf.add, a, b)
 
     def step_fn(iterator):
       batches = [next(iterator) for _ in range(self.accumulate_steps)]
-      den = strategy.run(self._replica_den, args=tuple(batches))
-      acc_grads = acc_num = acc_tokens = None
+      dens = strategy.run(self._replica_dens, args=tuple(batches))
+      acc = None  # (gradients, loss, grad norm, [tokens, flops]), summed over micro-batches
       for k, batch in enumerate(batches):  # unrolled: accumulation is exact sums
-        grads, num, tokens = strategy.run(replica_grads, args=(batch, den))
-        if k == 0:
-          acc_grads, acc_num, acc_tokens = grads, num, tokens
-        else:
-          acc_grads, acc_num, acc_tokens = strategy.run(
-              lambda a, b, c, d, e, f: ([x + y for x, y in zip(a, b)], c + d, e + f),
-              args=(acc_grads, grads, acc_num, num, acc_tokens, tokens))
-      loss, grad_norm = strategy.run(replica_apply, args=(acc_grads, acc_num, den))
+        den = strategy.run(lambda d, i=k: d[i], args=(dens,))
+        grads, loss, counts = strategy.run(replica_grads, args=(batch, den))
+        part = strategy.run(replica_reduce, args=(grads, loss)) + (counts,)
+        acc = part if acc is None else strategy.run(add, args=(acc, part))
+      grads, loss, grad_norm, counts = acc
+      strategy.run(replica_update, args=(grads,))
       loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
       grad_norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, grad_norm, axis=None)
-      counts = strategy.reduce(tf.distribute.ReduceOp.SUM, acc_tokens, axis=None)
+      counts = strategy.reduce(tf.distribute.ReduceOp.SUM, counts, axis=None)
       return {"loss": loss, "grad_norm": grad_norm, "tokens": counts[0], "flops": counts[1]}
 
     return tf.function(step_fn)

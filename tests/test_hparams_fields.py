@@ -136,9 +136,10 @@ def observe_training(hp: HParams, _decode_hp=None):
   trainer = Trainer(hp, ModelSpec(VOCAB, VOCAB, 3), strategy, train_steps=100)
   rng = np.random.default_rng(0)
   batch = {k: tf.constant(rng.integers(2, VOCAB, (3, 6))) for k in ("inputs", "targets")}
-  den = strategy.run(trainer._replica_den, args=(batch,))
-  grads, num, _ = strategy.run(trainer._replica_grads, args=(batch, den))
-  strategy.run(trainer._replica_apply, args=(grads, num, den))
+  dens = strategy.run(trainer._replica_dens, args=(batch,))
+  grads, loss, _ = strategy.run(trainer._replica_grads, args=(batch, dens[0]))
+  reduced, _, _ = strategy.run(trainer._replica_reduce, args=(grads, loss))
+  strategy.run(trainer._replica_update, args=(reduced,))
   opt = trainer.optimizer
   return ([v.numpy() for v in trainer.model.weights],
           [opt.beta_1, opt.beta_2, opt.epsilon, trainer.accumulate_steps])
@@ -228,6 +229,11 @@ PROBES = {
         "learning_rate_decay_rate": ("learning_rate_schedule=legacy,"
                                      "learning_rate_decay_scheme=exp,"
                                      "learning_rate_warmup_steps=50", 0.5, observe_schedule),
+        "learning_rate_decay_staircase": ("learning_rate_schedule=exp_decay,"
+                                          "learning_rate_decay_rate=0.5,"
+                                          "learning_rate_decay_steps=300,"
+                                          "learning_rate_warmup_steps=50", True,
+                                          observe_schedule),
         "learning_rate_cosine_cycle_steps": ("learning_rate_schedule=legacy,"
                                              "learning_rate_decay_scheme=cosine,"
                                              "learning_rate_warmup_steps=50", 300,

@@ -134,10 +134,74 @@ def test_decay_factors_match_t2t():
   assert at("cosdecay", 100) == pytest.approx(1.0)
   assert at("cosdecay", 200) == pytest.approx(0.5)
   assert at("cosdecay", 400) == pytest.approx(0.0, abs=1e-7)
-  # single_cycle_cos_decay: 1 at the end of warmup, 0 decay_steps later.
+  # multi_cycle_cos_decay: 1 at the end of warmup, 0 decay_steps later, 1 again after as many.
+  assert at("multi_cycle_cos_decay", 30) == pytest.approx(1.0)
+  assert at("multi_cycle_cos_decay", 300) == pytest.approx(0.5)
+  assert at("multi_cycle_cos_decay", 500) == pytest.approx(0.0, abs=1e-7)
+  assert at("multi_cycle_cos_decay", 900) == pytest.approx(1.0)
+  # single_cycle_cos_decay (T2T >= 1.14): 1 at the end of warmup, 0 at train_steps (250000).
   assert at("single_cycle_cos_decay", 30) == pytest.approx(1.0)
-  assert at("single_cycle_cos_decay", 300) == pytest.approx(0.5)
-  assert at("single_cycle_cos_decay", 500) == pytest.approx(0.0, abs=1e-7)
+  assert at("single_cycle_cos_decay", 100 + (250000 - 100) / 2) == pytest.approx(0.5)
+  assert at("single_cycle_cos_decay", 249999) == pytest.approx(0.0, abs=1e-7)
+
+
+# Every factor, with and without accumulation, at the steps T2T users read off
+# their logs; NumPy port of T2T's learning_rate.py (tests/t2t_numpy_training.py).
+_SCHEDULES = {
+    "transformer_base": "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size",
+    "linear_decay": "constant*linear_warmup*linear_decay",
+    "cosdecay": "constant*linear_warmup*cosdecay",
+    "single_cycle_cos_decay": "constant*linear_warmup*single_cycle_cos_decay",
+    "multi_cycle_cos_decay": "constant*linear_warmup*multi_cycle_cos_decay",
+    "rsqrt_normalized_decay": "constant*linear_warmup*rsqrt_normalized_decay",
+    "exp_decay": "constant*linear_warmup*exp_decay",
+    "legacy_noam": "legacy",
+}
+
+
+@pytest.mark.parametrize("staircase", [False, True], ids=["smooth", "staircase"])
+@pytest.mark.parametrize("accumulate", [0, 8], ids=["one_batch", "multistep8"])
+@pytest.mark.parametrize("name", sorted(_SCHEDULES))
+def test_schedule_is_t2t_at_its_step(name, accumulate, staircase):
+  """The rate of update k equals T2T's at the global step MultistepAdam applies it:
+  k without accumulation, (k + 1) * n - 1 with n micro-batches (read divided by n)."""
+  from tests import t2t_numpy_training as t2t_np
+  train_steps = 20000
+  hp = create_hparams("transformer_base", f"learning_rate_schedule={_SCHEDULES[name]},"
+                      f"optimizer_multistep_accumulate_steps={accumulate},"
+                      "learning_rate_decay_steps=3000,learning_rate_decay_rate=0.5,"
+                      f"learning_rate_decay_staircase={staircase}")
+  schedule = T2TLearningRateSchedule(hp, train_steps=train_steps)
+  n = max(1, accumulate)
+  updates = (1, 100, 10000, train_steps - 1)
+  want = [t2t_np.learning_rate((k + 1) * n - 1 if accumulate else k, hp.to_dict(), train_steps)
+          for k in updates]
+  # float32 carries the cosines' argument to 2^-24 relative, ~1e-6 of the peak rate.
+  np.testing.assert_allclose([float(schedule(k)) for k in updates], want, rtol=2e-6,
+                             atol=1e-6 * max(want))
+
+
+@pytest.mark.parametrize("scheme", ["exp_decay", "legacy"])
+def test_staircase_decays_in_whole_periods(scheme):
+  """learning_rate_decay_staircase floors the elapsed decay periods (T2T's exp_decay and
+  the legacy "exp" scheme): constant within a period, decay_rate lower in the next."""
+  hp = create_hparams("transformer_tiny", f"learning_rate_schedule={scheme},"
+                      "learning_rate_decay_scheme=exp,learning_rate_warmup_steps=100,"
+                      "learning_rate_decay_steps=40,learning_rate_decay_rate=0.5,"
+                      "learning_rate_decay_staircase=true")
+  at = lambda step: float(T2TLearningRateSchedule(hp)(step))
+  assert at(100) == pytest.approx(at(139), rel=1e-6)
+  assert at(140) == pytest.approx(0.5 * at(139), rel=1e-6)
+  assert at(219) == pytest.approx(0.25 * at(100), rel=1e-6)
+  smooth = T2TLearningRateSchedule(hp.replace(learning_rate_decay_staircase=False))
+  assert float(smooth(120)) == pytest.approx(0.5 ** 0.5 * at(120), rel=1e-6)
+
+
+def test_single_cycle_cos_decay_needs_train_steps_beyond_warmup():
+  hp = create_hparams("transformer_tiny", "learning_rate_schedule=constant*"
+                      "single_cycle_cos_decay,learning_rate_warmup_steps=100")
+  with pytest.raises(ValueError, match="train_steps \\(100\\) > learning_rate_warmup_steps"):
+    T2TLearningRateSchedule(hp, train_steps=100)
 
 
 def test_zero_warmup_is_refused_where_it_divides():

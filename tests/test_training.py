@@ -13,8 +13,9 @@ import pytest
 import tensorflow as tf
 
 from tests.scripts.step_utils import LINEAR_ADAM, batches, concat, one_step
+from tests import t2t_numpy_training as t2t_np
 from tests.tiny_problem import make_tiny_problem
-from t2t_keras import experiment, run_dir
+from t2t_keras import experiment, losses, run_dir, t2t_import
 from t2t_keras.hparams import create_hparams
 from t2t_keras.run_dir import ModelSpec
 from t2t_keras.training import NonFiniteLossError, Trainer, create_strategy
@@ -47,26 +48,71 @@ def test_mirrored_two_cpus_equals_one_device():
   assert float(match.group(2)) < 1e-5
 
 
-def test_accumulating_four_micro_batches_equals_their_concatenation():
-  parts = batches(4, seed=1)
-  accumulating = Trainer(create_hparams("transformer_tiny", LINEAR_ADAM +
-                                        ",optimizer_multistep_accumulate_steps=4"),
-                         SPEC, create_strategy("one_device"))
-  single = Trainer(create_hparams("transformer_tiny", LINEAR_ADAM), SPEC,
-                   create_strategy("one_device"))
-  single.model.set_weights(accumulating.model.get_weights())
-  start = [np.array(w) for w in single.model.get_weights()]
-  got = one_step(accumulating, parts)
-  want = one_step(single, [concat(parts)])
-  assert accumulating.step == single.step == 1
-  np.testing.assert_allclose(got["loss"], want["loss"], rtol=1e-5)
-  moved = max(np.abs(a - b).max() for a, b in zip(start, single.model.get_weights()))
-  diff = max(np.abs(a - b).max() for a, b in zip(accumulating.model.get_weights(),
-                                                 single.model.get_weights()))
-  assert moved > 1e-3 and diff < 1e-5
-  # A mean of per-micro-batch means would differ: micro-batches have unequal tokens.
+def _t2t_decayed(model):
+  """Per trainable variable: does T2T's `optimize.weight_decay` decay it?
+
+  T2T skips variables that are 1-D and whose name ends with "bias" (by T2T's
+  names: layer-norm offsets and the feed-forward biases; layer-norm scales and
+  the embedding shards are decayed).
+  """
+  t2t_names = {id(v): name for name, v in t2t_import.body_variable_map(model).items()}
+  return [not (len(v.shape) == 1 and t2t_names.get(id(v), "weights").endswith("bias"))
+          for v in model.trainable_variables]
+
+
+def _t2t_loss_grads(oracle, weights, batch, label_smoothing):
+  """Gradient of one micro-batch's T2T loss, sum / max(1, non-pad targets), at `weights`."""
+  for v, w in zip(oracle.trainable_variables, weights):
+    v.assign(np.asarray(w, np.float32))
+  batch = {k: tf.constant(v) for k, v in batch.items()}
+  with tf.GradientTape() as tape:
+    num, den = losses.padded_cross_entropy(oracle(batch, training=True), batch["targets"],
+                                           label_smoothing)
+    loss = num / tf.maximum(den, 1.0)
+  return float(loss), [tf.convert_to_tensor(g).numpy()
+                       for g in tape.gradient(loss, oracle.trainable_variables)]
+
+
+def test_accumulation_is_t2t_multistep_adam():
+  """3 updates of 3 micro-batches each equal T2T's optimize + MultistepAdamOptimizer
+  (NumPy port, tests/t2t_numpy_training.py): the mean of each micro-batch's clipped
+  (own-token-mean + weight decay) gradient, Adam with TF1's bias correction, and the
+  learning rate at T2T's global step (k + 1) * 3 - 1 divided by 3."""
+  n = 3
+  hp = create_hparams("transformer_tiny", "num_hidden_layers=1,hidden_size=16,filter_size=32,"
+                      "num_heads=2,layer_prepostprocess_dropout=0,attention_dropout=0,"
+                      "relu_dropout=0,learning_rate_warmup_steps=4,label_smoothing=0.1,"
+                      f"optimizer_multistep_accumulate_steps={n},clip_grad_norm=0.5,"
+                      "weight_decay=0.01")
+  trainer = Trainer(hp, SPEC, create_strategy("one_device"), train_steps=100)
+  oracle = run_dir.build_model(hp, SPEC)
+  model = trainer.model
+  start = [v.numpy() for v in model.trainable_variables]
+  reference = t2t_np.MultistepAdam(start, _t2t_decayed(model), hp.to_dict(), train_steps=100)
+  parts = batches(3 * n, seed=5)
   tokens = [np.count_nonzero(p["targets"]) for p in parts]
-  assert len(set(tokens)) > 1
+  assert len(set(tokens[:n])) == n  # unequal micro-batches: a token mean would differ
+  clipped = 0
+  for k in range(3):
+    group = parts[k * n:(k + 1) * n]
+    got = one_step(trainer, group)
+    micro_losses = []
+    for part in group:
+      loss, grads = _t2t_loss_grads(oracle, reference.weights, part, hp.label_smoothing)
+      micro_losses.append(loss)
+      lr = reference.micro_step(grads)
+    norms = reference.norms[-n:]
+    clipped += sum(x > hp.clip_grad_norm for x in norms)
+    assert trainer.step == k + 1
+    assert lr == pytest.approx(hp.learning_rate_constant * ((k + 1) * n - 1) / n / 4 / 2 / 4,
+                               rel=1e-12)  # constant * warmup s/4 * rsqrt(4) * rsqrt(16)
+    np.testing.assert_allclose(got["loss"], np.mean(micro_losses), rtol=1e-5)
+    np.testing.assert_allclose(got["grad_norm"], np.mean(norms), rtol=1e-5)
+    for v, want in zip(model.trainable_variables, reference.weights):
+      np.testing.assert_allclose(v.numpy(), want, rtol=0, atol=2e-6, err_msg=v.path)
+  assert clipped >= 3  # clipping was active
+  moved = max(np.abs(a - b).max() for a, b in zip(reference.weights, start))
+  assert moved > 100 * 2e-6
 
 
 def test_kill_mid_run_then_resume(data_dir, tmp_path):
@@ -249,14 +295,15 @@ def test_clipping_by_the_global_norm_of_the_summed_gradient():
   clipped.model.set_weights(plain.model.get_weights())
   start = [np.array(w) for w in plain.model.get_weights()]
   batch = {k: tf.constant(v) for k, v in batches(1, seed=3)[0].items()}
-  den = strategy.run(plain._replica_den, args=(batch,))
-  assert float(den) == np.count_nonzero(batch["targets"])
-  grads, num, _ = strategy.run(plain._replica_grads, args=(batch, den))
+  dens = strategy.run(plain._replica_dens, args=(batch,))
+  assert float(dens[0]) == np.count_nonzero(batch["targets"])
+  grads, loss, _ = strategy.run(plain._replica_grads, args=(batch, dens[0]))
   norm = float(tf.linalg.global_norm(grads))  # of the token-mean gradient
   assert norm > 1e-2  # far above the clip: clipping matters
-  _, reported = strategy.run(clipped._replica_apply, args=(grads, num, den))
+  reduced, _, reported = strategy.run(clipped._replica_reduce, args=(grads, loss))
   assert float(reported) == pytest.approx(norm, rel=1e-5)  # the norm before clipping
-  strategy.run(plain._replica_apply, args=([g * (1e-3 / norm) for g in grads], num, den))
+  strategy.run(clipped._replica_update, args=(reduced,))
+  strategy.run(plain._replica_update, args=([g * (1e-3 / norm) for g in grads],))
   for x, y, s in zip(plain.model.get_weights(), clipped.model.get_weights(), start):
     # The updates are read off float32 weights: allow 2 ulps of each weight.
     ulps = 2 * np.spacing(np.abs(s).astype(np.float32))

@@ -20,7 +20,7 @@ from t2t_keras import perf
 
 
 def fused_adam_update(optimizer: keras.optimizers.Adam, gradient, variable,
-                      learning_rate) -> bool:
+                      learning_rate, step) -> bool:
   """Applies `optimizer`'s Adam step to `variable` with one fused kernel.
 
   Args:
@@ -28,6 +28,7 @@ def fused_adam_update(optimizer: keras.optimizers.Adam, gradient, variable,
     gradient: dense, the variable's shape.
     variable: a Keras variable backed by a TensorFlow resource.
     learning_rate: scalar.
+    step: Adam's t (1 for its first update), the exponent of the bias correction.
   Returns:
     True if applied; False where Keras' own update must run instead.
   """
@@ -36,7 +37,7 @@ def fused_adam_update(optimizer: keras.optimizers.Adam, gradient, variable,
     return False
   dtype = variable.dtype
   index = optimizer._get_variable_index(variable)  # pylint: disable=protected-access
-  step = tf.cast(optimizer.iterations + 1, dtype)
+  step = tf.cast(step, dtype)
   beta_1 = tf.cast(optimizer.beta_1, dtype)
   beta_2 = tf.cast(optimizer.beta_2, dtype)
   tf.raw_ops.ResourceApplyAdam(
