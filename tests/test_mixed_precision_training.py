@@ -126,3 +126,55 @@ def test_the_bfloat16_check_fails_on_a_wrong_step(policy_reset, changes, copy):
   """The comparison can fail: a doubled learning rate, or other initial weights."""
   with pytest.raises(AssertionError):
     _check_against_float32(*_bfloat16_step(changes, copy))
+
+
+def _state(trainer):
+  return ([np.array(w) for w in trainer.model.get_weights()],
+          [v.numpy() for v in trainer.optimizer.inner_optimizer.variables])
+
+
+def test_float16_overflow_is_skipped_and_the_loss_scale_is_checkpointed(policy_reset, tmp_path):
+  """A float16 step whose scaled gradients overflow changes no weight and no Adam
+  slot; Keras then leaves `iterations` (the inner Adam's) where it was, and halves
+  the dynamic loss scale. Experiment.save writes that scale (and its growth
+  counter) and Experiment.restore reads them back. Steps then run, skipped and
+  halving, until the scale fits float16; the first finite one updates the weights.
+  """
+  precision.set_mixed_precision("float16")
+  batch = concat(batches(3, seed=1))
+  trainer = _trainer()
+  opt = trainer.optimizer
+  huge = 2.0 ** 40  # loss gradients ~1e-4 times this exceed float16's 65504
+  opt.dynamic_scale.assign(huge)
+  before = _state(trainer)
+  out = one_step(trainer, [batch])
+  assert np.isfinite(out["loss"]) and not np.isfinite(out["grad_norm"])
+  after = _state(trainer)
+  for a, b in zip(before[0] + before[1], after[0] + after[1]):
+    np.testing.assert_array_equal(a, b)
+  assert trainer.step == 0 and int(opt.inner_optimizer.iterations.numpy()) == 0
+  assert float(opt.dynamic_scale.numpy()) == huge / 2
+  assert int(opt.step_counter.numpy()) == 0
+
+  config = experiment.RunConfig(output_dir=str(tmp_path), train_steps=10)
+  experiment.Experiment(trainer, config, None, None, log=lambda line: None).save()
+  restored = _trainer()
+  assert float(restored.optimizer.dynamic_scale.numpy()) == 2.0 ** 15  # Keras' initial scale
+  experiment.Experiment(restored, config, None, None, log=lambda line: None).restore()
+  assert float(restored.optimizer.dynamic_scale.numpy()) == huge / 2
+  for a, b in zip(after[0] + after[1], _state(restored)[0] + _state(restored)[1]):
+    np.testing.assert_array_equal(a, b)
+
+  skipped = 1
+  start = _state(restored)[0]
+  while True:
+    out = one_step(restored, [batch])
+    if np.isfinite(out["grad_norm"]):
+      break
+    skipped += 1
+    assert restored.step == 0 and skipped < 40
+  assert restored.step == 1
+  assert float(restored.optimizer.dynamic_scale.numpy()) == huge / 2 ** skipped
+  assert int(restored.optimizer.step_counter.numpy()) == 1
+  moved = [np.abs(a - b).max() for a, b in zip(_state(restored)[0], start)]
+  assert min(moved) > 0.5 * LR, moved  # Adam's first step: about lr on every variable
