@@ -28,7 +28,8 @@ before, like damaged ones). Otherwise training stops at `train_steps`, after
 each stop saves a checkpoint (a signal with no step unsaved exits at once,
 see stopping.py), and `run.json` records `start_step`,
 `stop_reason` and `stop_step`. Under MultiWorkerMirroredStrategy the stop decision is all-reduced
-every step, so all workers stop after the same step.
+every step, so all workers stop after the same step, and each worker's input
+pipeline reads its own part of the records (`worker_dataset`).
 """
 
 from __future__ import annotations
@@ -239,12 +240,8 @@ class Experiment:
     seed = self.config.random_seed
 
     def dataset_fn(ctx: tf.distribute.InputContext):
-      ds = inputs_lib.make_dataset(pattern, hp, mode, seed=seed,
-                                   deterministic=seed is not None,
-                                   drop_counter=self.dropped if mode == "train" else None)
-      if ctx.num_input_pipelines > 1:
-        ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-      return ds
+      return worker_dataset(pattern, hp, mode, ctx, seed,
+                            drop_counter=self.dropped if mode == "train" else None)
 
     return self.trainer.strategy.distribute_datasets_from_function(dataset_fn)
 
@@ -398,6 +395,24 @@ class Experiment:
     else:  # train_and_evaluate, continuous_train_and_eval: evaluate at every checkpoint.
       return self.train(eval_every=True)
     return {}
+
+
+def worker_dataset(pattern: str, hparams, mode: str, ctx: tf.distribute.InputContext,
+                   seed: Optional[int], drop_counter: Optional[tf.Variable] = None,
+                   repeat: Optional[bool] = None) -> tf.data.Dataset:
+  """The batches of input pipeline `ctx.input_pipeline_id` (one per worker).
+
+  Each pipeline reads its own part of the records, split before any shuffle
+  (`inputs.shard_files`), then shuffles, batches and (in training) repeats it, so
+  that with or without a seed the workers' epochs are disjoint and together hold
+  every example once; evaluation thus sees each example once over all workers.
+  `repeat` overrides make_dataset's default (tests read one epoch).
+  """
+  return inputs_lib.make_dataset(pattern, hparams, mode, seed=seed,
+                                 deterministic=seed is not None, repeat=repeat,
+                                 drop_counter=drop_counter,
+                                 num_shards=ctx.num_input_pipelines,
+                                 shard_index=ctx.input_pipeline_id)
 
 
 def _is_chief(strategy) -> bool:

@@ -10,12 +10,17 @@ Faithful to T2T's `utils/data_reader.py`:
 * training shuffles files, examples (buffer 1024) and whole batches
   (`batch_shuffle_size`), and repeats forever.
 
+Under several input pipelines (workers), each one reads a disjoint part of the
+records, chosen before any shuffle (`shard_records`): its own files when there are
+at least as many files as pipelines, else every n-th record of all files. One
+epoch over all pipelines then reads every example exactly once, whatever the seeds.
+
 Batches are dicts {"inputs": int64 [batch, length], "targets": int64 [batch, length]},
 0-padded to the longest example of the batch.
 """
 
 import logging
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -236,15 +241,46 @@ def _nothing_kept_message(filepattern: str, hparams, mode: str, scheme: Dict[str
           f"included), so {outcome}; {fix} in --hparams.")
 
 
+def shard_files(files: List[str], num_shards: int = 1,
+                shard_index: int = 0) -> Tuple[List[str], bool]:
+  """The files input pipeline `shard_index` of `num_shards` reads, and whether it shards records.
+
+  With at least as many files as shards, pipeline i reads files[i::num_shards]
+  whole (returns them and False); otherwise it reads all files, in order, and
+  keeps every num_shards-th record from the i-th (returns all files and True).
+  Either way the shards are disjoint and together hold every record once.
+
+  Raises:
+    ValueError: if num_shards < 1 or shard_index is not in [0, num_shards).
+  """
+  if not isinstance(num_shards, int) or num_shards < 1:
+    raise ValueError("num_shards must be an int >= 1, got %r" % (num_shards,))
+  if not isinstance(shard_index, int) or not 0 <= shard_index < num_shards:
+    raise ValueError("shard_index must be an int in [0, num_shards=%d), got %r"
+                     % (num_shards, shard_index))
+  if len(files) >= num_shards:
+    return files[shard_index::num_shards], False
+  return files, True
+
+
 def _read_records(files: List[str], training: bool, shuffle: bool, repeat: bool,
-                  seed: Optional[int], deterministic: bool) -> tf.data.Dataset:
+                  seed: Optional[int], deterministic: bool, num_shards: int = 1,
+                  shard_index: int = 0) -> tf.data.Dataset:
+  # Shard before any shuffle: sharding a stream each pipeline shuffled in its own
+  # order would give overlapping shards that miss examples.
+  files, by_record = shard_files(files, num_shards, shard_index)
   ds = tf.data.Dataset.from_tensor_slices(files)
-  if shuffle:
+  # Record sharding needs the same record order in every pipeline: files in
+  # order, read one after another.
+  if shuffle and not by_record:
     ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
   ds = ds.interleave(
       lambda f: tf.data.TFRecordDataset(f, buffer_size=1 << 20),
-      cycle_length=min(len(files), 16), block_length=16,
-      num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic or not training)
+      cycle_length=1 if by_record else min(len(files), 16), block_length=16,
+      num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=deterministic or not training or by_record)
+  if by_record:
+    ds = ds.shard(num_shards, shard_index)
   if repeat:
     ds = ds.repeat()
   if shuffle:
@@ -255,8 +291,14 @@ def _read_records(files: List[str], training: bool, shuffle: bool, repeat: bool,
 def make_dataset(filepattern: str, hparams, mode: str, *, batch_size_multiplier: int = 1,
                  seed: Optional[int] = None, deterministic: bool = False,
                  repeat: Optional[bool] = None, shuffle: Optional[bool] = None,
-                 drop_counter: Optional[tf.Variable] = None) -> tf.data.Dataset:
+                 drop_counter: Optional[tf.Variable] = None, num_shards: int = 1,
+                 shard_index: int = 0) -> tf.data.Dataset:
   """Batched T2T examples from TFRecord files matching `filepattern`.
+
+  With num_shards > 1 (one input pipeline per worker) the dataset holds only
+  pipeline `shard_index`'s part of the records, split before any shuffle (see
+  `shard_files`), so that the pipelines' epochs are disjoint and together read
+  every example once.
 
   Args:
     filepattern: glob of shard files, e.g. `problem.filepattern(data_dir, "train")`.
@@ -272,6 +314,8 @@ def make_dataset(filepattern: str, hparams, mode: str, *, batch_size_multiplier:
     shuffle: shuffle files, examples and batches (default: in training).
     drop_counter: optional int64 tf.Variable incremented for every over-long
       example dropped.
+    num_shards: number of input pipelines the records are split between.
+    shard_index: this pipeline's index, in [0, num_shards).
 
   Returns:
     tf.data.Dataset of {"inputs": int64 [batch, length], "targets": int64 [batch, length]}.
@@ -289,7 +333,8 @@ def make_dataset(filepattern: str, hparams, mode: str, *, batch_size_multiplier:
   drop_long = training or bool(getattr(hparams, "eval_drop_long_sequences", False))
   scheme = hparams_to_batching_scheme(hparams, drop_long, batch_size_multiplier)
 
-  ds = _read_records(files, training, shuffle, repeat, seed, deterministic)
+  ds = _read_records(files, training, shuffle, repeat, seed, deterministic, num_shards,
+                    shard_index)
   parse = _parse_batch_fn(hparams, scheme["min_length"], scheme["max_length"], drop_counter)
   ds = ds.batch(_PARSE_BATCH).map(parse, num_parallel_calls=tf.data.AUTOTUNE,
                                   deterministic=True).unbatch()

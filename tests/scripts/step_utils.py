@@ -43,3 +43,18 @@ def one_step(trainer, parts):
   ds = tf.data.Dataset.from_generator(gen, output_signature=spec)
   dist = trainer.strategy.distribute_datasets_from_function(lambda ctx: ds)
   return trainer.train_step(iter(dist))
+
+
+def split_rows(batch, count):
+  """`batch` cut into `count` consecutive row blocks (replica or worker r gets block r)."""
+  return [{k: np.array_split(v, count)[r] for k, v in batch.items()} for r in range(count)]
+
+
+def run_steps(trainer, parts, steps):
+  """`steps` train steps fed `parts` in order; returns each step's metrics."""
+  def gen():
+    yield from parts
+  spec = {k: tf.TensorSpec([None, None], tf.int64) for k in ("inputs", "targets")}
+  ds = tf.data.Dataset.from_generator(gen, output_signature=spec)
+  iterator = iter(trainer.strategy.distribute_datasets_from_function(lambda ctx: ds))
+  return [trainer.train_step(iterator) for _ in range(steps)]

@@ -1,0 +1,70 @@
+"""Two MultiWorkerMirroredStrategy workers train as one device fed both halves at once."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from tests.scripts.step_utils import LINEAR_ADAM, batches, concat, run_steps, split_rows
+from tests.test_training import ENV, REPO, SPEC, _free_ports
+from t2t_keras.hparams import create_hparams
+from t2t_keras.training import Trainer, create_strategy
+
+SCRIPT = os.path.join(REPO, "tests", "scripts", "multi_worker_steps.py")
+STEPS = 3
+# Weight decay and an active clip (the summed gradient's norm is ~0.3) take part.
+HPARAMS = LINEAR_ADAM + ",num_hidden_layers=1,weight_decay=0.1,clip_grad_norm=0.1"
+_PORT_TAKEN = ("Address already in use", "Failed to add port", "bind")
+
+
+def _run_two_workers(out_path):
+  """Both workers to the end; retried with new ports if one was taken meanwhile."""
+  for _ in range(3):
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
+    procs = [subprocess.Popen(
+        [sys.executable, SCRIPT, REPO, HPARAMS, str(STEPS), out_path],
+        env=dict(ENV, TF_CONFIG=json.dumps({"cluster": cluster,
+                                            "task": {"type": "worker", "index": i}})),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    try:
+      outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+      for p in procs:
+        if p.poll() is None:
+          p.kill()
+          p.wait()
+    if all(p.returncode == 0 for p in procs):
+      return outputs
+    if not any(m in out for out in outputs for m in _PORT_TAKEN):
+      break
+  raise AssertionError("\n----\n".join(out[-3000:] for out in outputs))
+
+
+def test_two_workers_equal_one_device_on_the_concatenated_batches(tmp_path):
+  out_path = str(tmp_path / "chief.npz")
+  outputs = _run_two_workers(out_path)
+  assert all(f"WORKER {i} OF 2 DONE" in out for i, out in enumerate(outputs)), outputs
+  got = np.load(out_path)
+  n = len([k for k in got.files if k.startswith("start_")])
+  single = Trainer(create_hparams("transformer_tiny", HPARAMS), SPEC,
+                   create_strategy("one_device"))
+  single.model.set_weights([got[f"start_{i}"] for i in range(n)])
+  # The one device sees the workers' blocks re-joined: the same rows, padded alike.
+  want = run_steps(single, [concat(split_rows(b, 2)) for b in batches(STEPS, seed=4)], STEPS)
+  final = single.model.get_weights()
+  assert len(final) == n
+  # Clipping was active at every step, so each update has the clip's norm.
+  assert all(m["grad_norm"] > 0.1 * 1.5 for m in want), want
+  np.testing.assert_allclose(got["loss"], [m["loss"] for m in want], rtol=1e-5)
+  np.testing.assert_allclose(got["grad_norm"], [m["grad_norm"] for m in want], rtol=1e-5)
+  moved = max(np.abs(w - got[f"start_{i}"]).max() for i, w in enumerate(final))
+  diff = max(np.abs(w - got[f"final_{i}"]).max() for i, w in enumerate(final))
+  print(f"MOVED {moved:.3e} DIFF {diff:.3e}")
+  # Only the order of float32 sums differs (each worker's half, then the all-reduce):
+  # ~1e-7 relative per gradient, a few ulps of a weight per step. A wrong split or a
+  # wrong scale shows as a difference of the order of the update itself.
+  ulps = STEPS * 4 * max(np.spacing(np.abs(w).max()) for w in final)
+  assert moved > 100 * ulps
+  assert diff <= 1e-3 * moved + ulps, (diff, moved)
