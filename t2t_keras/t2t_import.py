@@ -11,8 +11,9 @@ refusing by name and value what we do not implement.
 `load_t2t_weights` assigns every checkpoint variable to the Keras model built
 from those hparams (concatenating the symbol-modality row shards), ignoring
 only optimizer slots and T2T's bookkeeping, and fails listing every missing or
-unexpected name. `import_t2t_run` writes a complete run directory (hparams.json,
-run.json, vocabulary, a trainer checkpoint at T2T's global step) atomically.
+unexpected name; `load_t2t_adam_state` assigns T2T's Adam moments to our Adam.
+`import_t2t_run` writes a complete run directory (hparams.json, run.json,
+vocabulary, a trainer checkpoint at T2T's step with its Adam state) atomically.
 """
 
 from __future__ import annotations
@@ -29,10 +30,15 @@ from t2t_keras.hparams import HParams, create_hparams, list_hparams_sets
 from t2t_keras.t2t_import_hparams import (T2T_INERT_HPARAMS, T2T_REQUIRED_VALUES,  # noqa: F401
                                           hparams_from_t2t, overrides_for, read_t2t_flags)
 
+# The import's provenance in the run directory (and Adam's step offset).
+IMPORT_RECORD = "t2t_import.json"
 # Variables of a T2T checkpoint that are not model weights.
 _IGNORED_VARIABLE_RE = re.compile(
     r"(^|/)(Adam|Adam_\d+|Adafactor\w*|Momentum|beta[12]_power|global_step)$|"
     r"^(training|losses_avg|train_stats)/|(^|/)(global_step|beta[12]_power)$")
+_ADAM_SLOT_RE = re.compile(r"^(?:.*?/)?(transformer/.*)/(Adam|Adam_1)$")
+# Slots of T2T's other optimizers (Adafactor's factored moments, momentum, ...).
+_OTHER_SLOT_RE = re.compile(r"^(?:.*?/)?transformer/.*/(Adafactor|Momentum)(_\d+)?$")
 _MODALITY_RE = re.compile(
     r"^transformer/symbol_modality_(\d+)_(\d+)/(shared|input_emb|target_emb|softmax)/"
     r"weights_(\d+)$")
@@ -119,6 +125,103 @@ def _modality_roles(model) -> Dict[str, Any]:
     return {"shared": model.input_modality, "softmax": model.softmax}
   return {"input_emb": model.input_modality, "target_emb": model.target_modality,
           "softmax": model.softmax}
+
+
+def _slot_names(names: Iterable[str]) -> Dict[Tuple[str, str], str]:
+  """{(T2T variable name, "Adam" or "Adam_1"): checkpoint name} of the Adam slots.
+
+  T2T's optimize_loss creates them under its "training" scope
+  (`training/<variable>/Adam`); any prefix before `transformer/` is accepted.
+  """
+  out = {}
+  for name in names:
+    match = _ADAM_SLOT_RE.match(name)
+    if match:
+      out[(match.group(1), match.group(2))] = name
+  return out
+
+
+def _adam_updates_made(reader, shapes, beta1: float, beta2: float) -> Optional[int]:
+  """Updates T2T's Adam made, from its `beta1_power`/`beta2_power` (None without them).
+
+  TF1's Adam starts each power at beta and multiplies it by beta after every
+  update: power = beta^(t + 1) after t updates. Powers that underflowed to 0
+  (beta2 0.98 after ~5,000 updates in float32) make any large t equivalent.
+  """
+  powers = {}
+  for name in shapes:
+    for which in ("beta1_power", "beta2_power"):
+      if name == which or name.endswith("/" + which):
+        powers[which] = float(reader.get_tensor(name))
+  if not powers:
+    return None
+  for which, beta in (("beta2_power", beta2), ("beta1_power", beta1)):
+    power = powers.get(which, 0.0)
+    if 0.0 < beta < 1.0 and power > 0.0:
+      return max(0, int(round(np.log(power) / np.log(beta))) - 1)
+  return -1  # underflowed: many updates
+
+
+def load_t2t_adam_state(model, optimizer, checkpoint_path: str, updates: int
+                        ) -> Dict[str, Any]:
+  """Assigns T2T's Adam moments (`Adam`, `Adam_1` slots) to a built Keras Adam.
+
+  The moments of the symbol-modality shards are concatenated like the
+  weights. Adam's bias correction continues from T2T's: the beta powers give
+  the updates T2T's Adam made.
+
+  Args:
+    model: the `Transformer` whose weights `load_t2t_weights` assigned.
+    optimizer: a built `optimization.FusedAdam` over `model.trainable_variables`.
+    checkpoint_path: the T2T checkpoint.
+    updates: the optimizer updates of the imported run (our step).
+  Returns:
+    {"slots": Adam slot tensors read (0: the checkpoint has no Adam state),
+     "adam_step_offset": updates - the updates T2T's Adam made (see
+     `FusedAdam`): `updates` when Adam starts fresh, "other_optimizer":
+     the slot suffix of another optimizer's state found, or ""}.
+  Raises:
+    ValueError: the checkpoint has Adam slots for some variables but not all,
+      or of the wrong shape.
+  """
+  reader = tf.train.load_checkpoint(checkpoint_path)
+  shapes = reader.get_variable_to_shape_map()
+  slots = _slot_names(shapes)
+  other = sorted({m.group(1) for m in map(_OTHER_SLOT_RE.search, shapes) if m})
+  if not slots:
+    return {"slots": 0, "adam_step_offset": updates, "other_optimizer": ",".join(other)}
+  targets: List[Tuple[Any, List[str]]] = [(v, [name]) for name, v in
+                                          body_variable_map(model).items()]
+  for role, modality in _modality_roles(model).items():
+    found = {int(m.group(4)): n for n in shapes if (m := _MODALITY_RE.match(n))
+             and m.group(3) == role}
+    targets.append((modality.weights_var, [found[i] for i in sorted(found)]))
+  missing, assignments = [], []
+  for variable, names in targets:
+    index = optimizer._get_variable_index(variable)  # pylint: disable=protected-access
+    for suffix, slot in (("Adam", optimizer._momentums[index]),  # pylint: disable=protected-access
+                         ("Adam_1", optimizer._velocities[index])):  # pylint: disable=protected-access
+      keys = [slots.get((name, suffix)) for name in names]
+      if None in keys:
+        missing += [f"{name}/{suffix}" for name, key in zip(names, keys) if key is None]
+        continue
+      value = np.concatenate([reader.get_tensor(k) for k in keys], axis=0)
+      if list(value.shape) != list(slot.shape):
+        missing.append(f"{names[0]}/{suffix}: shape {list(value.shape)}, the variable's "
+                       f"{list(slot.shape)}")
+        continue
+      assignments.append((slot, value))
+  if missing:
+    raise ValueError(f"T2T checkpoint {checkpoint_path} has Adam slots for some variables "
+                     "but not these (a damaged or partial checkpoint; pass "
+                     "--reset_optimizer to import the weights with a fresh Adam):\n    " +
+                     "\n    ".join(missing))
+  for slot, value in assignments:
+    slot.assign(value.astype(np.float32))
+  made = _adam_updates_made(reader, shapes, optimizer.beta_1, optimizer.beta_2)
+  offset = 0 if made is None or made < 0 else max(0, updates - made)
+  return {"slots": sum(len(names) * 2 for _, names in targets), "adam_step_offset": offset,
+          "other_optimizer": ""}
 
 
 def load_t2t_weights(model, checkpoint_path: str) -> Dict[str, Any]:
@@ -263,25 +366,43 @@ def _write_notes(directory: str, problem_name: str, result: Dict[str, Any], sour
                                   ("hparams_set", result["hparams_set"]),
                                   ("hparams", result["hparams"]),
                                   ("output_dir", result["output_dir"]))))
-  file_io.write_text(os.path.join(directory, "t2t_import.json"), json.dumps(
+  file_io.write_text(os.path.join(directory, IMPORT_RECORD), json.dumps(
       dict(result, t2t_checkpoint=os.path.abspath(source), t2t_variables=assigned),
       indent=2, sort_keys=True))
+
+
+def adam_step_offset(output_dir: str) -> int:
+  """The `FusedAdam` adam_step_offset of a run (non-zero only for a T2T run
+  imported without its Adam state; recorded in its t2t_import.json)."""
+  path = os.path.join(output_dir, IMPORT_RECORD)
+  if not tf.io.gfile.exists(path):
+    return 0
+  with tf.io.gfile.GFile(path) as f:
+    return int(json.load(f).get("adam_step_offset", 0))
 
 
 def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Optional[str] = None,
                    problem_name: Optional[str] = None, hparams_set: Optional[str] = None,
                    hparams_overrides: str = "", data_dir: Optional[str] = None,
                    ignore_hparams: Iterable[str] = (), target_space_id: Optional[int] = None,
+                   reset_optimizer: bool = False,
                    log: Callable[[str], None] = print) -> Dict[str, Any]:
-  """Writes `output_dir`: a t2t-keras run holding the T2T run's model.
+  """Writes `output_dir`: a t2t-keras run holding the T2T run's model and Adam state.
 
   The run has hparams.json, run.json, the problem's vocabulary file(s) (so
   `--data_dir=output_dir` works for decoder and exporter), a trainer
-  checkpoint `ckpt-<T2T global step>` (model and a fresh Adam at that step:
-  T2T's Adam moments are not imported), `trainer_flags.txt` (problem,
-  hparams_set and --hparams that reproduce the hparams, for
-  t2t_keras_trainer --flagfile) and `t2t_import.json` (provenance). It is
-  assembled in a temporary directory and renamed: on any error nothing is left.
+  checkpoint `ckpt-<step>` (the model and T2T's Adam moments, so that
+  fine-tuning takes the update T2T would take when resuming),
+  `trainer_flags.txt` (problem, hparams_set and --hparams that reproduce the
+  hparams, for t2t_keras_trainer --flagfile) and `t2t_import.json`
+  (provenance, and where Adam's bias correction starts). It is assembled in a
+  temporary directory and renamed: on any error nothing is left.
+
+  The step is T2T's global step, divided by optimizer_multistep_accumulate_steps
+  n when it is set: T2T's global step counts micro-batches, ours updates.
+  Without Adam state in the checkpoint (or with `reset_optimizer`), Adam
+  starts fresh: zero moments, bias correction counted from the import, while
+  the learning-rate schedule continues at the step.
 
   Args:
     t2t_output_dir: T2T's --output_dir (hparams.json, flags.txt, checkpoints).
@@ -295,8 +416,10 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
       target_space_embedding; T2T >= 1.5 used 0 for most text problems). By
       default the problem's; if T2T's Adam slots show that T2T trained one
       other row, that row is used and a message says so.
+    reset_optimizer: import the weights only; Adam starts fresh.
   Returns:
-    {"output_dir", "checkpoint", "global_step", "hparams_set", "hparams"}.
+    {"output_dir", "checkpoint", "global_step" (our step), "hparams_set",
+     "hparams", "t2t_global_step", "adam_slots", "adam_step_offset"}.
   """
   from data_gen import file_io, registry
   from t2t_keras import run_dir
@@ -328,17 +451,41 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
                              target_space_id)
     run_dir.save_or_check_run_files(tmp, hp, problem.name, spec,
                                     run_dir.vocab_record(problem, tmp, encoders))
-    trainer = Trainer(hp, spec, tf.distribute.get_strategy(), train_steps=1)
+    # The schedule is not used here; train_steps only has to be valid for it.
+    trainer = Trainer(hp, spec, tf.distribute.get_strategy(),
+                      train_steps=hp.learning_rate_warmup_steps + 1)
     loaded = load_t2t_weights(trainer.model, source)
-    step = loaded["global_step"]
+    t2t_step = loaded["global_step"]
+    step, partial = divmod(t2t_step, max(1, hp.optimizer_multistep_accumulate_steps))
+    if partial:
+      log(f"T2T's global step {t2t_step} is {partial} micro-batch(es) into an accumulation "
+          f"of {hp.optimizer_multistep_accumulate_steps}: those gradients are not imported; "
+          f"training continues at update {step}.")
+    adam = ({"slots": 0, "adam_step_offset": step, "other_optimizer": ""} if reset_optimizer
+            else load_t2t_adam_state(trainer.model, trainer.optimizer, source, step))
     trainer.optimizer.iterations.assign(step)
     checkpoint = tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)
     written = tf.train.CheckpointManager(checkpoint, tmp, max_to_keep=None).save(
         checkpoint_number=step)
     result = {"output_dir": final, "checkpoint": os.path.join(final, os.path.basename(written)),
               "global_step": step, "hparams_set": base_set,
-              "hparams": overrides_for(hp, base_set)}
+              "hparams": overrides_for(hp, base_set), "t2t_global_step": t2t_step,
+              "adam_slots": adam["slots"], "adam_step_offset": adam["adam_step_offset"]}
     _write_notes(tmp, problem.name, result, source, loaded["assigned"])
-  log(f"Imported {source} (T2T step {step}, {loaded['assigned']} variables) into {final}: "
+  log(f"Imported {source} (T2T step {t2t_step}, {loaded['assigned']} variables) into {final}: "
       f"problem {problem.name}, target space {spec.target_space_id}.")
+  log(_optimizer_note(adam, reset_optimizer, step))
   return result
+
+
+def _optimizer_note(adam: Dict[str, Any], reset: bool, step: int) -> str:
+  """One line on the optimizer state the import carries."""
+  if adam["slots"]:
+    made = step - adam["adam_step_offset"]
+    return (f"Adam state imported ({adam['slots']} slot tensors; bias correction continues "
+            f"after {made} updates): fine-tuning takes the update T2T would take resuming.")
+  why = ("--reset_optimizer given" if reset else
+         f"the checkpoint holds {adam['other_optimizer']} state, not Adam's"
+         if adam["other_optimizer"] else "the checkpoint has no optimizer state")
+  return (f"Adam starts fresh ({why}): zero moments, bias correction counted from this "
+          f"import; the learning-rate schedule continues at step {step}.")

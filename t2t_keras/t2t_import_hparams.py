@@ -209,6 +209,13 @@ def hparams_from_t2t(values: Dict[str, Any], ignore: Iterable[str] = ()) -> HPar
     if "z" in str(mapped.get(name, "")):
       errors.append(f"T2T hparam {name}={mapped[name]!r} is not implemented (the 'z' "
                     "zero_add residual has a trained gamma).")
+  optimizer = str(mapped.get("optimizer", "adam")).lower()
+  if optimizer not in ("adam", "multistep_adam", "multistepadam", "true_adam", "lazy_adam"):
+    mapped.pop("optimizer")
+    errors.append(
+        f"T2T hparam optimizer={values['optimizer']!r}: t2t-keras trains with T2T's Adam "
+        "only, so this run's optimizer state cannot be continued. To fine-tune its weights "
+        "with Adam from fresh moments, pass --ignore_t2t_hparams=optimizer --reset_optimizer.")
   if errors:
     raise ValueError("Cannot import these T2T hparams:\n  " + "\n  ".join(errors) +
                      "\nPass --ignore_t2t_hparams=NAME,... to drop a field knowingly.")

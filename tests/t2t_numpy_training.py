@@ -27,7 +27,7 @@ def global_step_for_schedule(global_step, accumulate_steps):
 def learning_rate_factor(name, s, hp, train_steps):
   """`learning_rate.learning_rate_factor` at schedule step `s` (T2T >= 1.14)."""
   w = float(hp["learning_rate_warmup_steps"])
-  decay_steps = float(hp["learning_rate_decay_steps"])
+  decay_steps = float(hp.get("learning_rate_decay_steps", 1))
   if name == "constant":
     return hp["learning_rate_constant"]
   if name == "linear_warmup":

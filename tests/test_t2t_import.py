@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.scripts.step_utils import one_step
 from tests.t2t_numpy_model import T2TNumpyTransformer
 from t2t_keras import t2t_import
 
@@ -332,3 +333,144 @@ def test_unimplemented_t2t_hparams_are_refused_by_name_and_value(tmp_path):
   with pytest.raises(ValueError, match=r"hparams.pos.*'rope'"):
     t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "out"), log=lambda line: None)
   assert sorted(os.listdir(tmp_path)) == ["t2t"]
+
+
+# ---------------------------------------------------------------------------
+# Fine-tuning continues T2T's Adam (the real checkpoint holds its slots).
+
+# Dropout off so that updates are deterministic; a learning rate 500x T2T's so
+# that its updates (~7e-4 at T2T's step 1) stand far above float32 rounding.
+_FINE_TUNE = "layer_prepostprocess_dropout=0,attention_dropout=0,relu_dropout=0,learning_rate=100"
+
+
+def _t2t_by_variable(model, reader):
+  """Per trainable variable of `model`: T2T's checkpoint names (modality: all shards)."""
+  by_id = {id(v): [name] for name, v in t2t_import.body_variable_map(model).items()}
+  shards = sorted((n for n in reader.get_variable_to_shape_map()
+                   if "/shared/weights_" in n and not n.startswith("training/")),
+                  key=lambda n: int(n.rsplit("_", 1)[1]))
+  by_id[id(model.softmax.weights_var)] = shards
+  return [by_id[id(v)] for v in model.trainable_variables]
+
+
+def _read(reader, names, suffix=""):
+  return np.concatenate([reader.get_tensor(n + suffix) for n in names], axis=0)
+
+
+def _strip_optimizer_state(tmp_path, step):
+  """A copy of the T2T run whose checkpoint holds only weights and global_step=`step`."""
+  out = tmp_path / "t2t_weights_only"
+  out.mkdir()
+  for name in ("hparams.json", "flags.txt", VOCAB):
+    shutil.copy(T2T_RUN / name, out / name)
+  reader = tf.train.load_checkpoint(str(T2T_RUN / "model.ckpt-1"))
+  with tf.Graph().as_default():
+    variables = [tf.compat.v1.Variable(np.int64(step) if n == "global_step" else
+                                       reader.get_tensor(n), name=n)
+                 for n in reader.get_variable_to_shape_map()
+                 if n == "global_step" or n.startswith("transformer/")]
+    saver = tf.compat.v1.train.Saver(variables)
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      saver.save(session, str(out / "model.ckpt"), global_step=step)
+  return out
+
+
+@pytest.mark.parametrize("source", ["adam_slots", "reset_optimizer", "no_optimizer_state"])
+def test_fine_tuning_takes_t2t_adams_next_two_updates(tmp_path, source):
+  """The first two updates after import equal T2T resuming (tf.train.AdamOptimizer,
+  NumPy, with the checkpoint's Adam/Adam_1 slots and beta powers, at T2T's global
+  steps), or, without Adam state, a fresh TF1 Adam whose bias correction starts at
+  the import while the learning rate continues at T2T's step."""
+  from tests import t2t_numpy_training as t2t_np
+  from t2t_keras import experiment, losses, run_dir
+  from t2t_keras.training import Trainer, create_strategy
+  t2t_step = 1 if source != "no_optimizer_state" else 120
+  t2t_dir = T2T_RUN if source != "no_optimizer_state" else _strip_optimizer_state(tmp_path,
+                                                                                   t2t_step)
+  lines = []
+  run = str(tmp_path / "run")
+  t2t_import.import_t2t_run(str(t2t_dir), run, hparams_overrides=_FINE_TUNE,
+                            reset_optimizer=source == "reset_optimizer", log=lines.append)
+  fresh = source != "adam_slots"
+  assert ("Adam starts fresh" in lines[-1]) == fresh, lines
+  hp, _, spec = run_dir.load_run_files(run)
+  trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=100000,
+                    adam_step_offset=t2t_import.adam_step_offset(run))
+  config = experiment.RunConfig(output_dir=run, train_steps=100000)
+  assert experiment.Experiment(trainer, config, None, None, log=lines.append).restore() == t2t_step
+
+  t2t_hp = dict(_t2t_hparams(), learning_rate_schedule="legacy", learning_rate=100.0)
+  reader = tf.train.load_checkpoint(str(T2T_RUN / "model.ckpt-1"))
+  names = _t2t_by_variable(trainer.model, reader)
+  weights = [_read(reader, n) for n in names]
+  slots = {} if fresh else dict(
+      m=[_read(reader, ["training/" + x for x in n], "/Adam") for n in names],
+      v=[_read(reader, ["training/" + x for x in n], "/Adam_1") for n in names],
+      beta1_power=reader.get_tensor("training/beta1_power"),
+      beta2_power=reader.get_tensor("training/beta2_power"))
+  reference = t2t_np.Tf1Adam(weights, t2t_hp["optimizer_adam_beta1"],
+                             t2t_hp["optimizer_adam_beta2"], t2t_hp["optimizer_adam_epsilon"],
+                             **slots)
+  oracle = run_dir.build_model(hp, spec)
+  rng = np.random.default_rng(0)
+  for update in range(2):
+    batch = {k: rng.integers(2, 8190, size=(3, 7)).astype(np.int64)
+             for k in ("inputs", "targets")}
+    batch["targets"][0, 5:] = 0
+    for v, w in zip(oracle.trainable_variables, reference.w):
+      v.assign(w.astype(np.float32))
+    with tf.GradientTape() as tape:
+      num, den = losses.padded_cross_entropy(oracle(batch, training=True), batch["targets"],
+                                             t2t_hp["label_smoothing"])
+      loss = num / den
+    grads = tape.gradient(loss, oracle.trainable_variables)
+    before = [w.copy() for w in reference.w]
+    reference.apply([tf.convert_to_tensor(g).numpy() for g in grads],
+                    t2t_np.learning_rate(t2t_step + update, t2t_hp, 100000))
+    one_step(trainer, [batch])
+    moved = max(np.abs(a - b).max() for a, b in zip(reference.w, before))
+    for v, want, second in zip(trainer.model.trainable_variables, reference.w, reference.v):
+      # Where sqrt(v) is near epsilon (1e-9) the update lr * m / (sqrt(v) + eps) turns
+      # on float32 noise of a near-zero gradient: there only |update| <= lr holds.
+      steady = (np.sqrt(second) > 1e-8) | (second == 0)  # untouched rows: no update
+      assert steady.mean() > 0.9, v.path
+      got = v.numpy()
+      np.testing.assert_allclose(got[steady], want[steady], rtol=0,
+                                 atol=moved * 1e-3 + 3e-7, err_msg=v.path)
+      assert np.all(np.abs(got - want)[~steady] <= 2.01 * moved), v.path
+    assert moved > 1e-4
+  if not fresh:  # Adam restarted at T2T's step would be far off: the slots matter.
+    restarted = t2t_np.Tf1Adam(weights, 0.9, 0.98, 1e-9, beta1_power=0.81, beta2_power=0.9604)
+    restarted.apply([tf.convert_to_tensor(g).numpy() for g in grads], 1e-3)
+    assert max(np.abs(a - b).max() for a, b in zip(restarted.w, weights)) > 0
+
+
+def test_adafactor_run_is_refused_by_name_and_imports_with_fresh_adam(tmp_path):
+  """T2T's Adafactor state (transformer_tpu sets) cannot be continued: the import is
+  refused naming Adafactor and the way out; taken, it imports the weights and says
+  Adam starts fresh because the checkpoint holds Adafactor's state."""
+  t2t_dir = _strip_optimizer_state(tmp_path, 50)
+  hparams = json.loads((t2t_dir / "hparams.json").read_text())
+  hparams.update(optimizer="adafactor", learning_rate_schedule="rsqrt_decay")
+  (t2t_dir / "hparams.json").write_text(json.dumps(hparams))
+  reader = tf.train.load_checkpoint(str(t2t_dir / "model.ckpt-50"))
+  tensors = {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()}
+  kernel = "transformer/body/encoder/layer_0/ffn/conv1/kernel"
+  tensors[f"training/{kernel}/Adafactor"] = np.ones(tensors[kernel].shape[:1], np.float32)
+  tensors[f"training/{kernel}/Adafactor_1"] = np.ones(tensors[kernel].shape[1:], np.float32)
+  with tf.Graph().as_default():
+    variables = [tf.compat.v1.Variable(v, name=n) for n, v in tensors.items()]
+    saver = tf.compat.v1.train.Saver(variables)
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      saver.save(session, str(t2t_dir / "model.ckpt"), global_step=50)
+  with pytest.raises(ValueError, match="optimizer='adafactor'.*--ignore_t2t_hparams=optimizer "
+                     "--reset_optimizer"):
+    t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "refused"), log=lambda line: None)
+  assert not (tmp_path / "refused").exists()
+  lines = []
+  t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "run"), ignore_hparams=["optimizer"],
+                            log=lines.append)
+  assert "Adam starts fresh (the checkpoint holds Adafactor state, not Adam's)" in lines[-1]
+  assert t2t_import.adam_step_offset(str(tmp_path / "run")) == 50

@@ -7,9 +7,10 @@ r"""t2t_keras_import_checkpoint: a run T2T wrote -> a t2t-keras run directory.
 
 Reads T2T's hparams.json, flags.txt (problem, hparams_set; the flags below
 override them) and the latest checkpoint (or --checkpoint_path); writes
-hparams.json, run.json, the vocabulary, `ckpt-<T2T step>` and
-`trainer_flags.txt` (for `t2t_keras_trainer --flagfile=$NEW_RUN/trainer_flags.txt
---data_dir=$DATA --train_steps=N` to fine-tune from T2T's step).
+hparams.json, run.json, the vocabulary, `ckpt-<T2T step>` (the weights and
+T2T's Adam moments) and `trainer_flags.txt` (for `t2t_keras_trainer
+--flagfile=$NEW_RUN/trainer_flags.txt --data_dir=$DATA --train_steps=N` to
+fine-tune from T2T's step, taking the updates T2T would take resuming).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ _define("list", "ignore_t2t_hparams", [], "T2T hparams to drop although t2t-kera
         "implement their value (you accept the difference).")
 _define("integer", "target_space_id", None, "Row of T2T's target_space_embedding (default: "
         "the problem's, or the one row T2T's Adam slots show it trained).")
+_define("boolean", "reset_optimizer", False, "Import the weights only: Adam starts fresh "
+        "(zero moments, bias correction from the import) instead of continuing T2T's.")
 
 
 def main(argv):
@@ -53,7 +56,7 @@ def main(argv):
         problem_name=FLAGS.problem, hparams_set=FLAGS.hparams_set,
         hparams_overrides=FLAGS.hparams, data_dir=FLAGS.data_dir,
         ignore_hparams=FLAGS.ignore_t2t_hparams, target_space_id=FLAGS.target_space_id,
-        log=lambda line: print(line, file=sys.stderr, flush=True))
+        reset_optimizer=FLAGS.reset_optimizer, log=lambda line: print(line, file=sys.stderr, flush=True))
   except (ValueError, FileNotFoundError) as e:
     print(f"t2t_keras_import_checkpoint: {e}", file=sys.stderr, flush=True)
     sys.exit(1)

@@ -108,11 +108,12 @@ def _train(strategy, hparams, config, decode_hp, problem, encoders, vocab, signa
   import keras
   import tensorflow as tf
 
-  from t2t_keras import experiment, run_dir, training
+  from t2t_keras import experiment, run_dir, t2t_import, training
   from t2t_keras.perf import process
   spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
                            problem.target_space_id)
-  trainer = training.Trainer(hparams, spec, strategy, FLAGS.train_steps, FLAGS.jit_compile)
+  trainer = training.Trainer(hparams, spec, strategy, FLAGS.train_steps, FLAGS.jit_compile,
+                             adam_step_offset=t2t_import.adam_step_offset(FLAGS.output_dir))
   eval_hook = _bleu_hook(trainer, problem, encoders, decode_hp)
   try:
     run_dir.save_or_check_run_files(FLAGS.output_dir, hparams, problem.name, spec, vocab)
