@@ -26,9 +26,12 @@ from data_gen import file_io
 from t2t_keras import decode_text, inputs
 from t2t_keras.hparams import DecodeHParams, HParams, create_hparams
 from t2t_keras.model import Transformer
+from t2t_keras.run_dir import ModelSpec
+from tests.scripts.step_utils import one_step
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = 30
+SPEC = ModelSpec(VOCAB, VOCAB, 3)
 TINY = "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1"
 # Constant learning rate and Adam's epsilon far above sqrt(v): the first update is
 # then linear in the gradient (plain Adam's first step is about lr * sign(g)).
@@ -123,26 +126,39 @@ def observe_schedule(hp: HParams, _decode_hp=None):
   return [float(schedule(step)) for step in (0, 1, 10, 60, 100, 150, 400, 1000, 1999)]
 
 
-def observe_training(hp: HParams, _decode_hp=None):
-  """Weights after one update and the optimizer's settings.
-
-  The update runs the Trainer's own per-replica functions eagerly: the same code
-  as its compiled step, without tracing one per probe.
-  """
-  from t2t_keras.run_dir import ModelSpec
-  from t2t_keras.training import Trainer, create_strategy
-  strategy = create_strategy("one_device")
-  tf.keras.utils.set_random_seed(0)
-  trainer = Trainer(hp, ModelSpec(VOCAB, VOCAB, 3), strategy, train_steps=100)
+def _training_batches(count):
   rng = np.random.default_rng(0)
-  batch = {k: tf.constant(rng.integers(2, VOCAB, (3, 6))) for k in ("inputs", "targets")}
-  dens = strategy.run(trainer._replica_dens, args=(batch,))
-  grads, loss, _ = strategy.run(trainer._replica_grads, args=(batch, dens[0]))
-  reduced, _, _ = strategy.run(trainer._replica_reduce, args=(grads, loss))
-  strategy.run(trainer._replica_update, args=(reduced,))
-  opt = trainer.optimizer
-  return ([v.numpy() for v in trainer.model.weights],
-          [opt.beta_1, opt.beta_2, opt.epsilon, trainer.accumulate_steps])
+  return [{k: rng.integers(2, VOCAB, (3, 6)) for k in ("inputs", "targets")}
+          for _ in range(count)]
+
+
+def _trainer(hp: HParams):
+  from t2t_keras.training import Trainer, create_strategy
+  tf.keras.utils.set_random_seed(0)
+  return Trainer(hp, SPEC, create_strategy("one_device"), train_steps=100)
+
+
+def _train(trainer, batches):
+  """One update per batch through the Trainer's train_step; returns the losses.
+
+  Runs the step eagerly: the same code as the compiled step, without tracing
+  one per probe.
+  """
+  tf.config.run_functions_eagerly(True)
+  try:
+    return [one_step(trainer, [b])["loss"] for b in batches]
+  finally:
+    tf.config.run_functions_eagerly(False)
+
+
+def observe_training(hp: HParams, _decode_hp=None):
+  """The losses and the weights over three updates (seeded dropout).
+
+  Three updates, because Adam's beta1 cancels out of the first one.
+  """
+  trainer = _trainer(hp)
+  losses = _train(trainer, _training_batches(3))
+  return losses, [v.numpy() for v in trainer.model.weights]
 
 
 def observe_batching(hp: HParams, _decode_hp=None, path=None):
@@ -409,7 +425,6 @@ def test_decoder_cli_num_samples_and_log_results(tmp_path):
   """num_samples keeps the first N dev examples (and references); log_results logs them."""
   from data_gen import registry
   from t2t_keras.run_dir import save_or_check_run_files, vocab_record
-  from t2t_keras.run_dir import ModelSpec
   from tests.tiny_problem import make_tiny_problem
   data_dir = make_tiny_problem(str(tmp_path), train=100, dev=6)
   problem = registry.problem("translate_from_files", data_dir)
