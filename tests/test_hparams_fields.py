@@ -11,12 +11,17 @@ Each field is accounted for in exactly one of:
     module contains it) and the test file covering it (checked: it mentions
     the field).
 A new dataclass field in none of them fails `test_every_field_is_accounted_for`.
+
+The training fields the probes only see change are also checked exactly against
+T2T's maths: the Adam fields over three updates, weight_decay's gradient and
+label_smoothing's loss.
 """
 
 import dataclasses
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -26,9 +31,12 @@ from data_gen import file_io
 from t2t_keras import decode_text, inputs
 from t2t_keras.hparams import DecodeHParams, HParams, create_hparams
 from t2t_keras.model import Transformer
+from t2t_keras.run_dir import ModelSpec
+from tests.scripts.step_utils import one_step
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = 30
+SPEC = ModelSpec(VOCAB, VOCAB, 3)
 TINY = "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1"
 # Constant learning rate and Adam's epsilon far above sqrt(v): the first update is
 # then linear in the gradient (plain Adam's first step is about lr * sign(g)).
@@ -123,26 +131,41 @@ def observe_schedule(hp: HParams, _decode_hp=None):
   return [float(schedule(step)) for step in (0, 1, 10, 60, 100, 150, 400, 1000, 1999)]
 
 
-def observe_training(hp: HParams, _decode_hp=None):
-  """Weights after one update and the optimizer's settings.
-
-  The update runs the Trainer's own per-replica functions eagerly: the same code
-  as its compiled step, without tracing one per probe.
-  """
-  from t2t_keras.run_dir import ModelSpec
-  from t2t_keras.training import Trainer, create_strategy
-  strategy = create_strategy("one_device")
-  tf.keras.utils.set_random_seed(0)
-  trainer = Trainer(hp, ModelSpec(VOCAB, VOCAB, 3), strategy, train_steps=100)
+def _training_batches(count):
   rng = np.random.default_rng(0)
-  batch = {k: tf.constant(rng.integers(2, VOCAB, (3, 6))) for k in ("inputs", "targets")}
-  dens = strategy.run(trainer._replica_dens, args=(batch,))
-  grads, loss, _ = strategy.run(trainer._replica_grads, args=(batch, dens[0]))
-  reduced, _, _ = strategy.run(trainer._replica_reduce, args=(grads, loss))
-  strategy.run(trainer._replica_update, args=(reduced,))
-  opt = trainer.optimizer
-  return ([v.numpy() for v in trainer.model.weights],
-          [opt.beta_1, opt.beta_2, opt.epsilon, trainer.accumulate_steps])
+  return [{k: rng.integers(2, VOCAB, (3, 6)) for k in ("inputs", "targets")}
+          for _ in range(count)]
+
+
+def _trainer(hp: HParams):
+  from t2t_keras.training import Trainer, create_strategy
+  tf.keras.utils.set_random_seed(0)
+  return Trainer(hp, SPEC, create_strategy("one_device"), train_steps=100)
+
+
+def _train(trainer, batches):
+  """One update per batch through the Trainer's train_step; returns the losses.
+
+  Runs the step eagerly: the same code as the compiled step, without tracing
+  one per probe.
+  """
+  tf.config.run_functions_eagerly(True)
+  try:
+    with warnings.catch_warnings():  # that tf.data's own functions still trace is fine
+      warnings.filterwarnings("ignore", "Even though the", UserWarning)
+      return [one_step(trainer, [b])["loss"] for b in batches]
+  finally:
+    tf.config.run_functions_eagerly(False)
+
+
+def observe_training(hp: HParams, _decode_hp=None):
+  """The losses and the weights over three updates (seeded dropout).
+
+  Three updates, because Adam's beta1 cancels out of the first one.
+  """
+  trainer = _trainer(hp)
+  losses = _train(trainer, _training_batches(3))
+  return losses, [v.numpy() for v in trainer.model.weights]
 
 
 def observe_batching(hp: HParams, _decode_hp=None, path=None):
@@ -405,11 +428,144 @@ def test_observers_are_deterministic(observer, context, text_path, request):
   assert _same(first, again)
 
 
+# -- Exact checks of the training fields against T2T's maths --------------------
+
+NO_DROPOUT = "layer_prepostprocess_dropout=0,attention_dropout=0,relu_dropout=0"
+ULP = 2.0 ** -24  # float32's relative rounding
+
+
+def _weights(model):
+  return [v.numpy().astype(np.float64) for v in model.trainable_variables]
+
+
+def test_adam_fields_give_tf1_adam_over_three_updates():
+  """Three updates with non-default beta1, beta2, epsilon equal TF1's Adam (NumPy port
+  of T2T's optimizer) fed the gradient of T2T's loss at its own weights; the same
+  reference with any one of the three at its default is far off."""
+  from t2t_keras import run_dir
+  from tests.t2t_numpy_training import Tf1Adam
+  from tests.test_training import _t2t_loss_grads
+  fields = {"optimizer_adam_beta1": 0.7, "optimizer_adam_beta2": 0.9,
+            "optimizer_adam_epsilon": 1e-3}
+  lr = 0.01
+  hp = create_hparams("transformer_tiny", f"{TINY},{NO_DROPOUT},learning_rate_schedule="
+                      f"constant,learning_rate_constant={lr}").replace(**fields)
+  trainer = _trainer(hp)
+  oracle = run_dir.build_model(hp, SPEC)
+  start = _weights(trainer.model)
+  batches = _training_batches(3)
+  _train(trainer, batches)
+  got = _weights(trainer.model)
+
+  def reference(**changes):
+    settings = dict(fields, **changes)
+    adam = Tf1Adam(start, settings["optimizer_adam_beta1"], settings["optimizer_adam_beta2"],
+                   settings["optimizer_adam_epsilon"])
+    for batch in batches:
+      adam.apply(_t2t_loss_grads(oracle, adam.w, batch, hp.label_smoothing)[1], lr)
+    return adam.w
+
+  # Per update: two float32 roundings of a weight (|w| <= 2), plus the gradient's
+  # float32 error (|g| <= 0.2: 2e-8) times Adam's gain lr_t / epsilon (<= 1.1 lr / epsilon).
+  atol = 3 * (2 * ULP * 2 + 1.1 * lr / 1e-3 * 2e-8)  # ~1.4e-6
+  want = reference()
+  for v, w, g in zip(trainer.model.trainable_variables, want, got):
+    np.testing.assert_allclose(g, w, rtol=0, atol=atol, err_msg=v.path)
+  assert max(np.abs(w - s).max() for w, s in zip(want, start)) > 1000 * atol  # it moved
+  defaults = HParams()
+  for name in fields:  # what a Trainer ignoring `name` would give
+    ignored = reference(**{name: getattr(defaults, name)})
+    off = max(np.abs(a - b).max() for a, b in zip(ignored, got))
+    assert off > 100 * atol, f"{name} makes no visible difference ({off:.3g})"
+
+
+def test_weight_decay_adds_wd_times_v_to_the_gradient_t2t_decays():
+  """The first update with weight_decay=wd is the update of the loss gradient plus
+  wd * v on every variable T2T's `optimize.weight_decay` decays (all but 1-D
+  variables whose T2T name ends with "bias"), and of the loss gradient alone on
+  the others. Linear Adam (epsilon 10) reveals the gradient exactly."""
+  from tests.scripts.step_utils import LINEAR_ADAM
+  from tests.test_training import _t2t_decayed
+  wd = 0.5
+  hp = create_hparams("transformer_tiny", f"{TINY},{LINEAR_ADAM}")
+  lr, eps = hp.learning_rate_constant, hp.optimizer_adam_epsilon
+  # beta2 as the float32 the optimizer uses (1 - beta2 is then exact in float32).
+  s = np.sqrt(1 - np.float64(np.float32(hp.optimizer_adam_beta2)))
+
+  def first_update(weight_decay):
+    trainer = _trainer(hp.replace(weight_decay=weight_decay))
+    rng = np.random.default_rng(1)
+    for v in trainer.model.trainable_variables:
+      if len(v.shape) == 1:  # biases and offsets start at 0: make decaying them visible
+        v.assign(v + rng.normal(0, 0.5, v.shape).astype(np.float32))
+    start = _weights(trainer.model)
+    _train(trainer, _training_batches(1))
+    return trainer.model, start, _weights(trainer.model)
+
+  model, start, plain = first_update(0.0)
+  _, start_wd, decayed = first_update(wd)
+  # TF1 Adam's first update is u = lr * s * g / (s * |g| + eps), s = sqrt(1 - beta2):
+  # inverted, g = u * eps / (s * (lr - |u|)), with dg/du = eps * lr / (s * (lr - |u|)^2).
+  def gradient(w0, w1):
+    u = w0 - w1
+    return u * eps / (s * (lr - np.abs(u))), eps * lr / (s * (lr - np.abs(u)) ** 2)
+
+  is_decayed = _t2t_decayed(model)
+  assert any(is_decayed) and not all(is_decayed)
+  for v, w0, w0_wd, w1, w1_wd, d in zip(model.trainable_variables, start, start_wd, plain,
+                                        decayed, is_decayed):
+    np.testing.assert_array_equal(w0, w0_wd)
+    g0, gain0 = gradient(w0, w1)
+    g1, gain1 = gradient(w0, w1_wd)
+    # u = w0 - w1 carries w1's float32 rounding and the update's (16 ulps: ~2x headroom)
+    # (w0 is exact: the float32 start).
+    bound = ULP * (gain0 * (np.abs(w1) + 16 * np.abs(w0 - w1)) +
+                   gain1 * (np.abs(w1_wd) + 16 * np.abs(w0 - w1_wd)))
+    want = wd * w0 if d else np.zeros_like(w0)
+    err = np.abs(g1 - g0 - want)
+    assert np.all(err <= bound), (v.path, d, err.max(), bound.min())
+    if not d:  # decaying it would show
+      assert np.any(np.abs(wd * w0) > 10 * bound), v.path
+
+
+def _t2t_smoothed_loss(logits, targets, label_smoothing):
+  """T2T's `common_layers.smoothing_cross_entropy`, weighted by targets != 0,
+  summed and divided by max(1, count), in float64."""
+  vocab = logits.shape[-1]
+  confidence = 1.0 - label_smoothing
+  low = label_smoothing / (vocab - 1)
+  soft = np.where(np.eye(vocab, dtype=bool)[targets], confidence, low)
+  z = logits - logits.max(-1, keepdims=True)
+  log_softmax = z - np.log(np.exp(z).sum(-1, keepdims=True))
+  normalizing = -(confidence * np.log(confidence) + (vocab - 1) * low * np.log(low + 1e-20))
+  xent = -(soft * log_softmax).sum(-1) - normalizing
+  weights = (targets != 0).astype(np.float64)
+  return float((xent * weights).sum() / max(1.0, weights.sum()))
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1, 0.3])
+def test_reported_loss_is_t2t_smoothing_cross_entropy(label_smoothing):
+  """The loss of a step equals T2T's smoothed cross-entropy of the model's logits
+  (padding excluded); other label_smoothing values give a different loss."""
+  from tests.scripts.step_utils import batches
+  hp = create_hparams("transformer_tiny", f"{TINY},{NO_DROPOUT}").replace(
+      label_smoothing=label_smoothing)
+  trainer = _trainer(hp)
+  batch = batches(1, seed=3, vocab=VOCAB)[0]
+  assert np.any(batch["targets"] == 0)
+  logits = trainer.model({k: tf.constant(v) for k, v in batch.items()},
+                         training=False).numpy().astype(np.float64)
+  got = _train(trainer, [batch])[0]
+  np.testing.assert_allclose(got, _t2t_smoothed_loss(logits, batch["targets"],
+                                                     label_smoothing), rtol=1e-5)
+  for other in {0.0, 0.1, 0.3} - {label_smoothing}:
+    assert abs(_t2t_smoothed_loss(logits, batch["targets"], other) - got) > 1e-3 * got
+
+
 def test_decoder_cli_num_samples_and_log_results(tmp_path):
   """num_samples keeps the first N dev examples (and references); log_results logs them."""
   from data_gen import registry
   from t2t_keras.run_dir import save_or_check_run_files, vocab_record
-  from t2t_keras.run_dir import ModelSpec
   from tests.tiny_problem import make_tiny_problem
   data_dir = make_tiny_problem(str(tmp_path), train=100, dev=6)
   problem = registry.problem("translate_from_files", data_dir)
