@@ -444,7 +444,7 @@ def test_adam_fields_give_tf1_adam_over_three_updates():
   reference with any one of the three at its default is far off."""
   from t2t_keras import run_dir
   from tests.t2t_numpy_training import Tf1Adam
-  from tests.test_training import _t2t_loss_grads
+  from tests.scripts.step_utils import t2t_loss_grads
   fields = {"optimizer_adam_beta1": 0.7, "optimizer_adam_beta2": 0.9,
             "optimizer_adam_epsilon": 1e-3}
   lr = 0.01
@@ -462,7 +462,7 @@ def test_adam_fields_give_tf1_adam_over_three_updates():
     adam = Tf1Adam(start, settings["optimizer_adam_beta1"], settings["optimizer_adam_beta2"],
                    settings["optimizer_adam_epsilon"])
     for batch in batches:
-      adam.apply(_t2t_loss_grads(oracle, adam.w, batch, hp.label_smoothing)[1], lr)
+      adam.apply(t2t_loss_grads(oracle, adam.w, batch, hp.label_smoothing)[1], lr)
     return adam.w
 
   # Per update: two float32 roundings of a weight (|w| <= 2), plus the gradient's
@@ -485,7 +485,7 @@ def test_weight_decay_adds_wd_times_v_to_the_gradient_t2t_decays():
   variables whose T2T name ends with "bias"), and of the loss gradient alone on
   the others. Linear Adam (epsilon 10) reveals the gradient exactly."""
   from tests.scripts.step_utils import LINEAR_ADAM
-  from tests.test_training import _t2t_decayed
+  from tests.scripts.step_utils import t2t_decayed
   wd = 0.5
   hp = create_hparams("transformer_tiny", f"{TINY},{LINEAR_ADAM}")
   lr, eps = hp.learning_rate_constant, hp.optimizer_adam_epsilon
@@ -510,7 +510,7 @@ def test_weight_decay_adds_wd_times_v_to_the_gradient_t2t_decays():
     u = w0 - w1
     return u * eps / (s * (lr - np.abs(u))), eps * lr / (s * (lr - np.abs(u)) ** 2)
 
-  is_decayed = _t2t_decayed(model)
+  is_decayed = t2t_decayed(model)
   assert any(is_decayed) and not all(is_decayed)
   for v, w0, w0_wd, w1, w1_wd, d in zip(model.trainable_variables, start, start_wd, plain,
                                         decayed, is_decayed):

@@ -47,8 +47,8 @@ def _grads(trainer, batch):
   """The gradients of the step's loss as the Trainer computes them (float32)."""
   strategy = trainer.strategy
   batch = {k: tf.constant(v) for k, v in batch.items()}
-  den = strategy.run(trainer._replica_den, args=(batch,))
-  grads, _, _ = strategy.run(trainer._replica_grads, args=(batch, den))
+  dens = strategy.run(trainer._replica_dens, args=(batch,))
+  grads, _, _ = strategy.run(trainer._replica_grads, args=(batch, dens[0]))
   return [g.numpy() for g in grads]
 
 

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.scripts.step_utils import LINEAR_ADAM, batches, concat, one_step
+from tests.scripts.step_utils import (LINEAR_ADAM, batches, concat, one_step, t2t_decayed,
+                                     t2t_loss_grads)
 from tests import t2t_numpy_training as t2t_np
 from tests.tiny_problem import make_tiny_problem
-from t2t_keras import experiment, losses, run_dir, t2t_import
+from t2t_keras import experiment, run_dir
 from t2t_keras.hparams import create_hparams
 from t2t_keras.run_dir import ModelSpec
 from t2t_keras.training import NonFiniteLossError, Trainer, create_strategy
@@ -48,31 +49,6 @@ def test_mirrored_two_cpus_equals_one_device():
   assert float(match.group(2)) < 1e-5
 
 
-def _t2t_decayed(model):
-  """Per trainable variable: does T2T's `optimize.weight_decay` decay it?
-
-  T2T skips variables that are 1-D and whose name ends with "bias" (by T2T's
-  names: layer-norm offsets and the feed-forward biases; layer-norm scales and
-  the embedding shards are decayed).
-  """
-  t2t_names = {id(v): name for name, v in t2t_import.body_variable_map(model).items()}
-  return [not (len(v.shape) == 1 and t2t_names.get(id(v), "weights").endswith("bias"))
-          for v in model.trainable_variables]
-
-
-def _t2t_loss_grads(oracle, weights, batch, label_smoothing):
-  """Gradient of one micro-batch's T2T loss, sum / max(1, non-pad targets), at `weights`."""
-  for v, w in zip(oracle.trainable_variables, weights):
-    v.assign(np.asarray(w, np.float32))
-  batch = {k: tf.constant(v) for k, v in batch.items()}
-  with tf.GradientTape() as tape:
-    num, den = losses.padded_cross_entropy(oracle(batch, training=True), batch["targets"],
-                                           label_smoothing)
-    loss = num / tf.maximum(den, 1.0)
-  return float(loss), [tf.convert_to_tensor(g).numpy()
-                       for g in tape.gradient(loss, oracle.trainable_variables)]
-
-
 def test_accumulation_is_t2t_multistep_adam():
   """3 updates of 3 micro-batches each equal T2T's optimize + MultistepAdamOptimizer
   (NumPy port, tests/t2t_numpy_training.py): the mean of each micro-batch's clipped
@@ -88,7 +64,7 @@ def test_accumulation_is_t2t_multistep_adam():
   oracle = run_dir.build_model(hp, SPEC)
   model = trainer.model
   start = [v.numpy() for v in model.trainable_variables]
-  reference = t2t_np.MultistepAdam(start, _t2t_decayed(model), hp.to_dict(), train_steps=100)
+  reference = t2t_np.MultistepAdam(start, t2t_decayed(model), hp.to_dict(), train_steps=100)
   parts = batches(3 * n, seed=5)
   tokens = [np.count_nonzero(p["targets"]) for p in parts]
   assert len(set(tokens[:n])) == n  # unequal micro-batches: a token mean would differ
@@ -98,7 +74,7 @@ def test_accumulation_is_t2t_multistep_adam():
     got = one_step(trainer, group)
     micro_losses = []
     for part in group:
-      loss, grads = _t2t_loss_grads(oracle, reference.weights, part, hp.label_smoothing)
+      loss, grads = t2t_loss_grads(oracle, reference.weights, part, hp.label_smoothing)
       micro_losses.append(loss)
       lr = reference.micro_step(grads)
     norms = reference.norms[-n:]

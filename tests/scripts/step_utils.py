@@ -3,6 +3,8 @@
 import numpy as np
 import tensorflow as tf
 
+from t2t_keras import losses, t2t_import
+
 # Dropout off, and Adam with epsilon far above sqrt(v): the first update is then
 # lr * g / epsilon, linear in the gradient, so equal weights mean equal gradients
 # (plain Adam's first step is about lr * sign(g) and would hide a wrong scale).
@@ -58,3 +60,28 @@ def run_steps(trainer, parts, steps):
   ds = tf.data.Dataset.from_generator(gen, output_signature=spec)
   iterator = iter(trainer.strategy.distribute_datasets_from_function(lambda ctx: ds))
   return [trainer.train_step(iterator) for _ in range(steps)]
+
+
+def t2t_decayed(model):
+  """Per trainable variable: does T2T's `optimize.weight_decay` decay it?
+
+  T2T skips variables that are 1-D and whose name ends with "bias" (by T2T's
+  names: layer-norm offsets and the feed-forward biases; layer-norm scales and
+  the embedding shards are decayed).
+  """
+  t2t_names = {id(v): name for name, v in t2t_import.body_variable_map(model).items()}
+  return [not (len(v.shape) == 1 and t2t_names.get(id(v), "weights").endswith("bias"))
+          for v in model.trainable_variables]
+
+
+def t2t_loss_grads(oracle, weights, batch, label_smoothing):
+  """Gradient of one micro-batch's T2T loss, sum / max(1, non-pad targets), at `weights`."""
+  for v, w in zip(oracle.trainable_variables, weights):
+    v.assign(np.asarray(w, np.float32))
+  batch = {k: tf.constant(v) for k, v in batch.items()}
+  with tf.GradientTape() as tape:
+    num, den = losses.padded_cross_entropy(oracle(batch, training=True), batch["targets"],
+                                           label_smoothing)
+    loss = num / tf.maximum(den, 1.0)
+  return float(loss), [tf.convert_to_tensor(g).numpy()
+                       for g in tape.gradient(loss, oracle.trainable_variables)]
