@@ -47,6 +47,8 @@ LEARNING_RATE_FACTORS = ("constant", "linear_warmup", "rsqrt_decay", "rsqrt_norm
 # `learning_rate_decay_scheme` values of the legacy schedule. T2T's "piecewise"
 # reads `learning_rate_boundaries` / `learning_rate_multiples`, fields not kept here.
 LEGACY_DECAY_SCHEMES = ("noam", "none", "exp", "cosine", "cyclelinear10x", "sqrt")
+# T2T's optimizer names that are its Adam (all train here as optimization.FusedAdam).
+ADAM_OPTIMIZERS = ("adam", "multistep_adam", "multistepadam", "true_adam", "lazy_adam")
 # DecodeHParams fields that T2T kept in its model hparams (`--hparams=sampling_method=random`).
 DECODE_FIELDS_IN_HPARAMS = ("sampling_method", "sampling_temp", "sampling_keep_top_k")
 
@@ -174,8 +176,7 @@ class HParams(_Fields):
       raise ValueError(f"hparams.initializer: unknown initializer {self.initializer!r}; "
                        f"supported (T2T's names): {', '.join(map(repr, INITIALIZERS))}.")
     _check_learning_rate(self)
-    if self.optimizer.lower() not in ("adam", "multistep_adam", "multistepadam", "true_adam",
-                                      "lazy_adam"):
+    if self.optimizer.lower() not in ADAM_OPTIMIZERS:
       raise ValueError("hparams.optimizer must be one of adam, multistep_adam, true_adam, "
                        f"lazy_adam; got {self.optimizer!r}.")
 

@@ -142,11 +142,12 @@ def _slot_names(names: Iterable[str]) -> Dict[Tuple[str, str], str]:
 
 
 def _adam_updates_made(reader, shapes, beta1: float, beta2: float) -> Optional[int]:
-  """Updates T2T's Adam made, from its `beta1_power`/`beta2_power` (None without them).
+  """Updates T2T's Adam made, from its `beta1_power`/`beta2_power`.
 
   TF1's Adam starts each power at beta and multiplies it by beta after every
-  update: power = beta^(t + 1) after t updates. Powers that underflowed to 0
-  (beta2 0.98 after ~5,000 updates in float32) make any large t equivalent.
+  update: power = beta^(t + 1) after t updates. None without the powers, or
+  when they underflowed to 0 (beta2 0.98 after ~5,000 updates in float32):
+  then any large t gives the same bias correction, 1.
   """
   powers = {}
   for name in shapes:
@@ -159,7 +160,7 @@ def _adam_updates_made(reader, shapes, beta1: float, beta2: float) -> Optional[i
     power = powers.get(which, 0.0)
     if 0.0 < beta < 1.0 and power > 0.0:
       return max(0, int(round(np.log(power) / np.log(beta))) - 1)
-  return -1  # underflowed: many updates
+  return None
 
 
 def load_t2t_adam_state(model, optimizer, checkpoint_path: str, updates: int
@@ -219,7 +220,7 @@ def load_t2t_adam_state(model, optimizer, checkpoint_path: str, updates: int
   for slot, value in assignments:
     slot.assign(value.astype(np.float32))
   made = _adam_updates_made(reader, shapes, optimizer.beta_1, optimizer.beta_2)
-  offset = 0 if made is None or made < 0 else max(0, updates - made)
+  offset = 0 if made is None else max(0, updates - made)
   return {"slots": sum(len(names) * 2 for _, names in targets), "adam_step_offset": offset,
           "other_optimizer": ""}
 

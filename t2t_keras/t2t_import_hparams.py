@@ -17,7 +17,8 @@ from typing import Any, Dict, Iterable, List, Tuple
 
 import tensorflow as tf
 
-from t2t_keras.hparams import DECODE_FIELDS_IN_HPARAMS, DecodeHParams, HParams, create_hparams
+from t2t_keras.hparams import (ADAM_OPTIMIZERS, DECODE_FIELDS_IN_HPARAMS, DecodeHParams, HParams,
+                               create_hparams)
 
 # T2T hparams that do not change the transformer's computation, at inference or
 # in training, for a run our model can represent; dropped on import.
@@ -210,7 +211,7 @@ def hparams_from_t2t(values: Dict[str, Any], ignore: Iterable[str] = ()) -> HPar
       errors.append(f"T2T hparam {name}={mapped[name]!r} is not implemented (the 'z' "
                     "zero_add residual has a trained gamma).")
   optimizer = str(mapped.get("optimizer", "adam")).lower()
-  if optimizer not in ("adam", "multistep_adam", "multistepadam", "true_adam", "lazy_adam"):
+  if optimizer not in ADAM_OPTIMIZERS:
     mapped.pop("optimizer")
     errors.append(
         f"T2T hparam optimizer={values['optimizer']!r}: t2t-keras trains with T2T's Adam "
