@@ -474,3 +474,18 @@ def test_adafactor_run_is_refused_by_name_and_imports_with_fresh_adam(tmp_path):
                             log=lines.append)
   assert "Adam starts fresh (the checkpoint holds Adafactor state, not Adam's)" in lines[-1]
   assert t2t_import.adam_step_offset(str(tmp_path / "run")) == 50
+
+
+def test_multistep_run_imports_at_its_update_count(tmp_path):
+  """Under MultistepAdam T2T's global step counts micro-batches: global step 13 with
+  4-step accumulation is update 3 here, and the micro-batch in flight is named."""
+  t2t_dir = _strip_optimizer_state(tmp_path, 13)
+  hparams = json.loads((t2t_dir / "hparams.json").read_text())
+  hparams.update(optimizer="multistep_adam", optimizer_multistep_accumulate_steps=4)
+  (t2t_dir / "hparams.json").write_text(json.dumps(hparams))
+  lines = []
+  result = t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "run"), log=lines.append)
+  assert (result["global_step"], result["t2t_global_step"]) == (3, 13)
+  assert result["checkpoint"].endswith("ckpt-3")
+  assert any("13 is 1 micro-batch(es) into an accumulation of 4" in line for line in lines)
+  assert t2t_import.adam_step_offset(str(tmp_path / "run")) == 3  # no Adam state: fresh
