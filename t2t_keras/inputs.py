@@ -11,7 +11,7 @@ Faithful to T2T's `utils/data_reader.py`:
   (`batch_shuffle_size`), and repeats forever.
 
 Under several input pipelines (workers), each one reads a disjoint part of the
-records, chosen before any shuffle (`shard_records`): its own files when there are
+records, chosen before any shuffle (`shard_files`): its own files when there are
 at least as many files as pipelines, else every n-th record of all files. One
 epoch over all pipelines then reads every example exactly once, whatever the seeds.
 

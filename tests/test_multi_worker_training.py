@@ -7,7 +7,8 @@ import sys
 
 import numpy as np
 
-from tests.scripts.step_utils import LINEAR_ADAM, batches, concat, run_steps, split_rows
+from tests.scripts.step_utils import (LINEAR_ADAM, assert_same_training, batches, concat,
+                                     run_steps, split_rows)
 from tests.test_training import ENV, REPO, SPEC, _free_ports
 from t2t_keras.hparams import create_hparams
 from t2t_keras.training import Trainer, create_strategy
@@ -59,12 +60,5 @@ def test_two_workers_equal_one_device_on_the_concatenated_batches(tmp_path):
   assert all(m["grad_norm"] > 0.1 * 1.5 for m in want), want
   np.testing.assert_allclose(got["loss"], [m["loss"] for m in want], rtol=1e-5)
   np.testing.assert_allclose(got["grad_norm"], [m["grad_norm"] for m in want], rtol=1e-5)
-  moved = max(np.abs(w - got[f"start_{i}"]).max() for i, w in enumerate(final))
-  diff = max(np.abs(w - got[f"final_{i}"]).max() for i, w in enumerate(final))
-  print(f"MOVED {moved:.3e} DIFF {diff:.3e}")
-  # Only the order of float32 sums differs (each worker's half, then the all-reduce):
-  # ~1e-7 relative per gradient, a few ulps of a weight per step. A wrong split or a
-  # wrong scale shows as a difference of the order of the update itself.
-  ulps = STEPS * 4 * max(np.spacing(np.abs(w).max()) for w in final)
-  assert moved > 100 * ulps
-  assert diff <= 1e-3 * moved + ulps, (diff, moved)
+  assert_same_training(final, [got[f"final_{i}"] for i in range(n)],
+                       [got[f"start_{i}"] for i in range(n)], STEPS)

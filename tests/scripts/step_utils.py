@@ -47,6 +47,18 @@ def one_step(trainer, parts):
   return trainer.train_step(iter(dist))
 
 
+def assert_same_training(want, got, start, steps):
+  """Weights `got` equal `want` after `steps` updates from `start`, up to the order of
+  float32 sums (~1e-7 relative per gradient, a few ulps of a weight per step); a wrong
+  split or scale shows as a difference of the order of the update itself."""
+  moved = max(np.abs(w - s).max() for w, s in zip(want, start))
+  diff = max(np.abs(w - g).max() for w, g in zip(want, got))
+  print(f"MOVED {moved:.3e} DIFF {diff:.3e}")
+  ulps = steps * 4 * max(np.spacing(np.abs(w).max()) for w in want)
+  assert moved > 100 * ulps
+  assert diff <= 1e-3 * moved + ulps, (diff, moved)
+
+
 def split_rows(batch, count):
   """`batch` cut into `count` consecutive row blocks (replica or worker r gets block r)."""
   return [{k: np.array_split(v, count)[r] for k, v in batch.items()} for r in range(count)]
