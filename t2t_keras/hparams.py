@@ -49,6 +49,10 @@ LEARNING_RATE_FACTORS = ("constant", "linear_warmup", "rsqrt_decay", "rsqrt_norm
 LEGACY_DECAY_SCHEMES = ("noam", "none", "exp", "cosine", "cyclelinear10x", "sqrt")
 # T2T's optimizer names that are its Adam (all train here as optimization.FusedAdam).
 ADAM_OPTIMIZERS = ("adam", "multistep_adam", "multistepadam", "true_adam", "lazy_adam")
+# T2T's `activation_dtype` values -> the trainer's --mixed_precision mode (precision.py).
+ACTIVATION_DTYPES = ("float32", "bfloat16", "float16")
+MIXED_PRECISION_OF_ACTIVATION_DTYPE = {"float32": "none", "bfloat16": "bfloat16",
+                                       "float16": "float16"}
 # DecodeHParams fields that T2T kept in its model hparams (`--hparams=sampling_method=random`).
 DECODE_FIELDS_IN_HPARAMS = ("sampling_method", "sampling_temp", "sampling_keep_top_k")
 
@@ -127,6 +131,10 @@ class HParams(_Fields):
   learning_rate_decay_rate: float = 1.0
   learning_rate_decay_staircase: bool = False
   learning_rate_cosine_cycle_steps: int = 250000
+  # Mixed precision: "float32", "bfloat16" or "float16" activations (float16 trains
+  # with dynamic loss scaling); weights stay float32 (other weight_dtype refused).
+  activation_dtype: str = "float32"
+  weight_dtype: str = "float32"
   # Input pipeline (batch_size counts tokens per replica, padding included).
   batch_size: int = 4096
   max_length: int = 256
@@ -176,6 +184,12 @@ class HParams(_Fields):
       raise ValueError(f"hparams.initializer: unknown initializer {self.initializer!r}; "
                        f"supported (T2T's names): {', '.join(map(repr, INITIALIZERS))}.")
     _check_learning_rate(self)
+    if self.activation_dtype not in ACTIVATION_DTYPES:
+      raise ValueError(f"hparams.activation_dtype must be one of {', '.join(ACTIVATION_DTYPES)}, "
+                       f"got {self.activation_dtype!r}.")
+    if self.weight_dtype != "float32":
+      raise ValueError(f"hparams.weight_dtype: only 'float32' weights are implemented, got "
+                       f"{self.weight_dtype!r} (activation_dtype sets mixed precision).")
     if self.optimizer.lower() not in ADAM_OPTIMIZERS:
       raise ValueError("hparams.optimizer must be one of adam, multistep_adam, true_adam, "
                        f"lazy_adam; got {self.optimizer!r}.")
@@ -551,6 +565,139 @@ def transformer_paper_big() -> HParams:
                                           layer_prepostprocess_dropout=0.3)
 
 
+# T2T's sets below: same names, each its T2T parent plus T2T's changes.
+
+
+@register
+def transformer_parsing_ice() -> HParams:
+  return transformer_base_single_gpu().replace(batch_size=4096,
+                                               shared_embedding_and_softmax_weights=False)
+
+
+@register
+def transformer_test() -> HParams:
+  """T2T's test-sized model (its checkpoint in tests/data was trained with this set)."""
+  return transformer_base().replace(num_hidden_layers=2, hidden_size=16, filter_size=8,
+                                    num_heads=2)
+
+
+def _base_with(**changes: Any) -> Callable[[], HParams]:
+  """A set that is transformer_base with `changes` (T2T's one-change paper Table 3 rows)."""
+  return lambda: transformer_base().replace(**changes)
+
+
+# The paper's Table 3 variations of the base model, as T2T registered them.
+for _name, _changes in (
+    ("transformer_l2", dict(num_hidden_layers=2)), ("transformer_l4", dict(num_hidden_layers=4)),
+    ("transformer_l8", dict(num_hidden_layers=8)),
+    ("transformer_l10", dict(num_hidden_layers=10)),
+    ("transformer_h1", dict(num_heads=1)), ("transformer_h4", dict(num_heads=4)),
+    ("transformer_h16", dict(num_heads=16)), ("transformer_h32", dict(num_heads=32)),
+    ("transformer_k128", dict(attention_key_channels=128)),
+    ("transformer_k256", dict(attention_key_channels=256)),
+    ("transformer_ff1024", dict(filter_size=1024)), ("transformer_ff4096", dict(filter_size=4096)),
+    ("transformer_dr0", dict(layer_prepostprocess_dropout=0.0)),
+    ("transformer_dr2", dict(layer_prepostprocess_dropout=0.2)),
+    ("transformer_ls0", dict(label_smoothing=0.0)), ("transformer_ls2", dict(label_smoothing=0.2)),
+    ("transformer_hs256", dict(hidden_size=256)), ("transformer_hs1024", dict(hidden_size=1024))):
+  _fn = _base_with(**_changes)
+  _fn.__name__ = _name
+  register(_fn)
+
+
+@register
+def transformer_big_dr2() -> HParams:
+  return transformer_big_dr1().replace(layer_prepostprocess_dropout=0.2)
+
+
+@register
+def transformer_clean() -> HParams:
+  """No dropout, no label smoothing; max_length 0 (= batch_size)."""
+  return transformer_base_v2().replace(
+      label_smoothing=0.0, layer_prepostprocess_dropout=0.0, attention_dropout=0.0,
+      relu_dropout=0.0, max_length=0)
+
+
+@register
+def transformer_clean_big() -> HParams:
+  return transformer_clean().replace(hidden_size=1024, filter_size=4096)
+
+
+@register
+def transformer_fairseq_fp16_activation_big() -> HParams:
+  """Float16 activations (mixed_float16, dynamic loss scaling) as in Ott et al. 2018."""
+  return transformer_big().replace(activation_dtype="float16", batch_size=3584)
+
+
+# T2T's transformer.py sets not built here, refused by name: set -> why.
+_MOE = "mixture-of-experts / VQ-gated feed-forward layers (ffn_layer=local_moe) are not implemented"
+_TALL = ("language-model 'tall' pre-training and multi-problem mixing (multiproblem_*) are "
+         "not implemented")
+_BROADCAST = "dropout masks broadcast over dims (*_dropout_broadcast_dims) are not implemented"
+_AUDIO = "audio inputs are not implemented"
+_MEMORY = "Transformer-XL memory (memory_type) and relative attention are not implemented"
+REFUSED_HPARAMS_SETS: Dict[str, str] = {
+    **{name: _MOE for name in (
+        "transformer_base_vq_ada_32ex_packed", "transformer_topk_16_packed",
+        "transformer_base_vq1_16_nb1_packed_nda_b01_scales",
+        "transformer_base_vq1_16_nb1_packed_dan_b01_scales",
+        "transformer_base_vq1_16_nb1_packed_nda_b01_scales_dialog")},
+    **{name: _TALL for name in (
+        "transformer_tall", "transformer_tall_finetune_tied", "transformer_tall_train_tied",
+        "transformer_tall_finetune_uniencdec", "transformer_tall_train_uniencdec",
+        "transformer_tall_finetune_textclass", "transformer_tall_pretrain_lm",
+        "transformer_tall_pretrain_lm_tpu_adafactor",
+        "transformer_tall_pretrain_lm_tpu_adafactor_large", "transformer_tall_pretrain_lm_tpu",
+        "transformer_tall_big")},
+    **{name: "parameter attention (ffn_layer=parameter_attention) is not implemented"
+       for name in ("transformer_parameter_attention_a", "transformer_parameter_attention_b")},
+    **{name: "prepend mode (inputs prepended to targets, prepend_mode) is not implemented"
+       for name in ("transformer_prepend_v2", "transformer_prepend_v1", "transformer_prepend")},
+    **{name: "time-series inputs are not implemented"
+       for name in ("transformer_timeseries", "transformer_timeseries_tpu")},
+    "transformer_mlperf_tpu": f"{_BROADCAST}; neither is MLPerf logging (mlperf_mode)",
+    "transformer_tpu_with_conv": ("convolutional feed-forward layers (ffn_layer=conv_relu_conv) "
+                                  "are not implemented"),
+    "transformer_lm_tpu_0": f"language models (no inputs) are not implemented; {_BROADCAST}",
+    "transformer_lm_tpu_1": f"language models (no inputs) are not implemented; {_BROADCAST}",
+    **{name: _AUDIO for name in (
+        "transformer_librispeech_v1", "transformer_librispeech_v2",
+        "transformer_librispeech_tpu_v1", "transformer_librispeech_tpu_v2",
+        "transformer_librispeech_with_area_attention", "transformer_librispeech",
+        "transformer_librispeech_tpu", "transformer_common_voice",
+        "transformer_common_voice_tpu")},
+    "transformer_supervised_attention": "supervised attention (an attention loss) is not "
+                                        "implemented",
+    "transformer_tpu_1b": "bfloat16 weights (weight_dtype=bfloat16) are not implemented",
+    "transformer_wikitext103_l4k_memory_v0": _MEMORY,
+    "transformer_wikitext103_l16k_memory_v0": _MEMORY,
+    "transformer_cifar10_memory_v0": f"image inputs are not implemented; {_MEMORY}",
+    "transformer_imagenet64_memory_v0": f"image inputs are not implemented; {_MEMORY}",
+}
+# Sets refused until features being implemented land: set -> the missing feature.
+_ADAFACTOR_TPU = f"T2T's Adafactor; {_BROADCAST}"
+PENDING_HPARAMS_SETS: Dict[str, str] = {
+    **{name: "relative attention" for name in (
+        "transformer_relative", "transformer_relative_tiny", "transformer_relative_big")},
+    **{name: "T2T's Adafactor" for name in (
+        "transformer_cubbitt", "transformer_ada_lmpackedbase", "transformer_ada_lmpackedbase_dialog",
+        "transformer_ada_lmpackedbase_relative")},
+    **{name: _ADAFACTOR_TPU for name in (
+        "transformer_big_enfr_tpu", "transformer_tpu", "transformer_tpu_bf16_activation",
+        "transformer_packed_tpu", "transformer_big_tpu", "transformer_tiny_tpu",
+        "transformer_small_tpu", "transformer_clean_big_tpu", "transformer_wikitext103_l4k_v0")},
+}
+
+
+def refusal(hparams_set: str) -> str:
+  """Why T2T's set `hparams_set` is not built here; "" for a set that is not refused."""
+  if hparams_set in REFUSED_HPARAMS_SETS:
+    return f"{hparams_set}: {REFUSED_HPARAMS_SETS[hparams_set]}."
+  if hparams_set in PENDING_HPARAMS_SETS:
+    return (f"{hparams_set}: needs {PENDING_HPARAMS_SETS[hparams_set]}, not implemented yet.")
+  return ""
+
+
 def list_hparams_sets() -> List[str]:
   return sorted(_REGISTRY)
 
@@ -559,10 +706,15 @@ def create_hparams(hparams_set: str, overrides: str = "") -> HParams:
   """Returns the named set with T2T-syntax `overrides` applied.
 
   Raises:
-    ValueError: for an unknown set (listing the valid ones) or a bad override.
+    ValueError: for a T2T set refused here (naming it and why), an unknown set
+      (listing the valid ones) or a bad override.
   """
   if hparams_set not in _REGISTRY:
-    raise ValueError(f"Unknown hparams_set {hparams_set!r}. Valid sets: "
+    why = refusal(hparams_set)
+    if why:
+      raise ValueError(f"{why} Buildable sets: {', '.join(list_hparams_sets())}.")
+    raise ValueError(f"Unknown hparams_set {hparams_set!r} (neither a set built here nor one "
+                     f"of T2T's refused sets, see docs/hparams_sets.md). Valid sets: "
                      f"{', '.join(list_hparams_sets())}.")
   return _REGISTRY[hparams_set]().parse(overrides)
 

@@ -20,6 +20,30 @@ POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_f
 _warned_slow_bfloat16 = False  # the warning is given once per process
 
 
+# hparams.activation_dtype (T2T's name) -> the --mixed_precision mode it selects.
+MODE_OF_ACTIVATION_DTYPE = {"float32": "none", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def mode_for(activation_dtype: str, flag_mode: str, flag_given: bool) -> str:
+  """The mixed-precision mode of a run: hparams.activation_dtype's, or --mixed_precision's.
+
+  activation_dtype "float32" (T2T's default) leaves the choice to --mixed_precision;
+  "bfloat16" / "float16" select that mode, and an explicit --mixed_precision must
+  then name the same one.
+
+  Raises:
+    ValueError: --mixed_precision was given and disagrees with activation_dtype.
+  """
+  wanted = MODE_OF_ACTIVATION_DTYPE[activation_dtype]
+  if activation_dtype == "float32":
+    return flag_mode
+  if flag_given and flag_mode != wanted:
+    raise ValueError(f"--mixed_precision={flag_mode} disagrees with hparams.activation_dtype="
+                     f"{activation_dtype}, which trains with --mixed_precision={wanted}; drop "
+                     f"the flag or give --mixed_precision={wanted}.")
+  return wanted
+
+
 def set_mixed_precision(mode: str, cpuinfo: Optional[str] = None) -> None:
   """Sets the global Keras policy for `mode`: none, bfloat16 or float16.
 

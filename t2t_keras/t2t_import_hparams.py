@@ -101,9 +101,6 @@ T2T_REQUIRED_VALUES: Dict[str, Tuple[Tuple[Any, ...], str]] = {
     "split_targets_strided_training": ((False,), "splitting targets into chunks"),
     "pack_dataset": ((False,), "packed training examples"),
     "pad_batch": ((False,), "padded TPU batches"),
-    "activation_dtype": (("float32",), "bfloat16 activations (use t2t_keras_trainer "
-                         "--mixed_precision=bfloat16 when fine-tuning)"),
-    "weight_dtype": (("float32",), "bfloat16 weights"),
     "gpu_automatic_mixed_precision": ((False,), "float16 automatic mixed precision"),
     "optimizer_zero_grads": ((False,), "zeroing gradients"),
     "learning_rate_minimum": ((None,), "a learning-rate floor"),

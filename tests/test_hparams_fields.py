@@ -48,6 +48,7 @@ REFUSED = {
         ("ffn_layer", "dense_relu_dense_gated", "only 'dense_relu_dense'"),
         ("self_attention_type", "dot_product_relative", "only 'dot_product'"),
         ("norm_type", "batch", "only 'layer'"),
+        ("weight_dtype", "bfloat16", "only 'float32'"),
     ],
     DecodeHParams: [
         ("force_decode_length", True, "only force_decode_length=False"),
@@ -74,6 +75,11 @@ ALLOW_LIST = {
         "optimizer_multistep_accumulate_steps": (
             "t2t_keras/training.py", "hparams.optimizer_multistep_accumulate_steps",
             "tests/test_training.py", "needs a compiled multi-batch step"),
+        # Selects the trainer's mixed-precision policy (precision.mode_for); the
+        # policy's effect on a training step is tested in test_mixed_precision_training.
+        "activation_dtype": ("t2t_keras/cli/trainer.py", "hparams.activation_dtype",
+                             "tests/test_t2t_hparams_sets.py",
+                             "a process-wide Keras policy, set by the trainer CLI"),
         # Shuffling order of training batches (seeded shuffle buffer size).
         "batch_shuffle_size": ("t2t_keras/inputs.py", "batch_shuffle_size",
                                "tests/test_inputs.py",

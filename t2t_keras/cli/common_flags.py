@@ -29,7 +29,9 @@ _EXPERIMENT = {
     # Problem, model and run directory.
     "problem": ("string", None, "Registered problem, e.g. translate_ende_ding_bible8k."),
     "model": ("string", "transformer", "Model name; only 'transformer'."),
-    "hparams_set": ("string", None, "Named hyperparameter set, e.g. transformer_base."),
+    "hparams_set": ("string", None, "Named hyperparameter set (T2T's names), e.g. "
+                    "transformer_base. T2T's sets not built here are refused by name, "
+                    "with the reason (docs/hparams_sets.md lists all)."),
     "hparams": ("string", "", "Overrides in T2T syntax, e.g. 'batch_size=2048,num_heads=16'."),
     "data_dir": ("string", None, "Directory of the problem's TFRecords and vocabulary."),
     "output_dir": ("string", None, "Run directory: checkpoints, hparams.json, TensorBoard."),

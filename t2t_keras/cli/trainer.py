@@ -62,10 +62,12 @@ def _check_and_train(signals: stopping.StopSignals):
   signals.install()  # again: multi_worker_mirrored replaces the SIGTERM handler with its own
   if FLAGS.random_seed is not None:
     keras.utils.set_random_seed(FLAGS.random_seed)
-  precision.set_mixed_precision(FLAGS.mixed_precision)
   try:  # Every setting is checked before anything is written to --output_dir.
     registry.import_usr_dir(FLAGS.t2t_usr_dir)
     hparams = create_hparams(FLAGS.hparams_set, FLAGS.hparams)  # checks the schedule too
+    # hparams.activation_dtype may select the policy; set before any model is built.
+    precision.set_mixed_precision(precision.mode_for(
+        hparams.activation_dtype, FLAGS.mixed_precision, FLAGS["mixed_precision"].present))
     config = experiment.RunConfig(
         output_dir=FLAGS.output_dir, train_steps=FLAGS.train_steps, eval_steps=FLAGS.eval_steps,
         local_eval_frequency=FLAGS.local_eval_frequency,
