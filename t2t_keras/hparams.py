@@ -633,7 +633,9 @@ def transformer_fairseq_fp16_activation_big() -> HParams:
 _MOE = "mixture-of-experts / VQ-gated feed-forward layers (ffn_layer=local_moe) are not implemented"
 _TALL = ("language-model 'tall' pre-training and multi-problem mixing (multiproblem_*) are "
          "not implemented")
-_BROADCAST = "dropout masks broadcast over dims (*_dropout_broadcast_dims) are not implemented"
+_BROADCAST_DIMS = ("dropout masks broadcast over dims "
+                   "(attention/relu/layer_prepostprocess_dropout_broadcast_dims)")
+_BROADCAST = f"{_BROADCAST_DIMS} are not implemented"
 _AUDIO = "audio inputs are not implemented"
 _MEMORY = "Transformer-XL memory (memory_type) and relative attention are not implemented"
 REFUSED_HPARAMS_SETS: Dict[str, str] = {
@@ -675,12 +677,13 @@ REFUSED_HPARAMS_SETS: Dict[str, str] = {
     "transformer_imagenet64_memory_v0": f"image inputs are not implemented; {_MEMORY}",
 }
 # Sets refused until features being implemented land: set -> the missing feature.
-_ADAFACTOR_TPU = f"T2T's Adafactor; {_BROADCAST}"
+_ADAFACTOR_TPU = f"T2T's Adafactor and {_BROADCAST_DIMS}"
 PENDING_HPARAMS_SETS: Dict[str, str] = {
     **{name: "relative attention" for name in (
         "transformer_relative", "transformer_relative_tiny", "transformer_relative_big")},
     **{name: "T2T's Adafactor" for name in (
-        "transformer_cubbitt", "transformer_ada_lmpackedbase", "transformer_ada_lmpackedbase_dialog",
+        "transformer_cubbitt", "transformer_ada_lmpackedbase",
+        "transformer_ada_lmpackedbase_dialog",
         "transformer_ada_lmpackedbase_relative")},
     **{name: _ADAFACTOR_TPU for name in (
         "transformer_big_enfr_tpu", "transformer_tpu", "transformer_tpu_bf16_activation",
@@ -694,7 +697,7 @@ def refusal(hparams_set: str) -> str:
   if hparams_set in REFUSED_HPARAMS_SETS:
     return f"{hparams_set}: {REFUSED_HPARAMS_SETS[hparams_set]}."
   if hparams_set in PENDING_HPARAMS_SETS:
-    return (f"{hparams_set}: needs {PENDING_HPARAMS_SETS[hparams_set]}, not implemented yet.")
+    return f"{hparams_set}: needs {PENDING_HPARAMS_SETS[hparams_set]}; not implemented yet."
   return ""
 
 

@@ -109,6 +109,14 @@ def test_t2t_checkpoint_fixture_was_written_with_transformer_test():
   assert differ == {"optimizer_adam_beta2", "learning_rate_schedule", "learning_rate_constant"}
 
 
+def test_hparams_sets_doc_is_up_to_date():
+  from tests.scripts import write_hparams_sets_doc
+  with open(os.path.join(write_hparams_sets_doc.REPO, write_hparams_sets_doc.DOC),
+            encoding="utf-8") as f:
+    assert f.read() == write_hparams_sets_doc.document(), (
+        "docs/hparams_sets.md is stale: run tests/scripts/write_hparams_sets_doc.py")
+
+
 # -- The extraction script on a made-up T2T tree ------------------------------
 
 FAKE_COMMON_HPARAMS = '''
