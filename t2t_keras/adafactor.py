@@ -23,6 +23,11 @@ The parameter scale is taken from the weights before the update. T2T's
 `grad_squared_mean * 1e-30` added to d and lr (a device-fusion guard) is left
 out: it changes nothing in float32 unless the mean squared gradient nears 1e23.
 
+One difference from T2T remains: T2T split the embedding into
+`symbol_modality_num_shards` variables, each with its own parameter scale,
+factored moments and clipping; here it is one matrix, so its updates are close
+to T2T's but not equal when T2T sharded it (every other variable's are equal).
+
 How this differs from `keras.optimizers.Adafactor`: Keras caps the rate at
 1/sqrt(t) and always multiplies by the parameter scale; has no beta1
 momentum, no Adam-style decay and no unfactored mode for matrices; keeps a
