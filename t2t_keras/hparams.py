@@ -53,6 +53,9 @@ ADAM_OPTIMIZERS = ("adam", "multistep_adam", "multistepadam", "true_adam", "lazy
 ACTIVATION_DTYPES = ("float32", "bfloat16", "float16")
 MIXED_PRECISION_OF_ACTIVATION_DTYPE = {"float32": "none", "bfloat16": "bfloat16",
                                        "float16": "float16"}
+# Every optimizer name accepted: T2T's Adam ones and its Adafactor (adafactor.T2TAdafactor).
+OPTIMIZERS = ADAM_OPTIMIZERS + ("adafactor",)
+ADAFACTOR_DECAY_TYPES = ("pow", "adam")
 # DecodeHParams fields that T2T kept in its model hparams (`--hparams=sampling_method=random`).
 DECODE_FIELDS_IN_HPARAMS = ("sampling_method", "sampling_temp", "sampling_keep_top_k")
 
@@ -120,6 +123,14 @@ class HParams(_Fields):
   optimizer_adam_beta2: float = 0.98
   optimizer_adam_epsilon: float = 1e-9
   optimizer_multistep_accumulate_steps: int = 0
+  # T2T's Adafactor (`utils/adafactor.py`), read only when optimizer=adafactor.
+  optimizer_adafactor_beta1: float = 0.0
+  optimizer_adafactor_beta2: float = 0.999
+  optimizer_adafactor_decay_type: str = "pow"
+  optimizer_adafactor_memory_exponent: float = 0.8
+  optimizer_adafactor_factored: bool = True
+  optimizer_adafactor_clipping_threshold: float = 1.0
+  optimizer_adafactor_multiply_by_parameter_scale: bool = True
   clip_grad_norm: float = 0.0
   weight_decay: float = 0.0
   learning_rate: float = 0.1
@@ -190,9 +201,10 @@ class HParams(_Fields):
     if self.weight_dtype != "float32":
       raise ValueError(f"hparams.weight_dtype: only 'float32' weights are implemented, got "
                        f"{self.weight_dtype!r} (activation_dtype sets mixed precision).")
-    if self.optimizer.lower() not in ADAM_OPTIMIZERS:
+    if self.optimizer.lower() not in OPTIMIZERS:
       raise ValueError("hparams.optimizer must be one of adam, multistep_adam, true_adam, "
-                       f"lazy_adam; got {self.optimizer!r}.")
+                       f"lazy_adam, adafactor; got {self.optimizer!r}.")
+    _check_adafactor(self)
 
   # Derived values (T2T computes these inline as `x or hidden_size`).
   @property
@@ -411,6 +423,31 @@ def _check_positive(hp: HParams, names) -> None:
 def schedule_factors(schedule: str) -> List[str]:
   """The factor names of a `learning_rate_schedule` string, as T2T splits it."""
   return [name.strip() for name in schedule.split("*") if name.strip()]
+
+
+def _check_adafactor(hp: HParams) -> None:
+  """Refuses Adafactor settings T2T's `adafactor_optimizer_from_hparams` would not run."""
+  if hp.optimizer_adafactor_decay_type not in ADAFACTOR_DECAY_TYPES:
+    raise ValueError("hparams.optimizer_adafactor_decay_type must be 'pow' or 'adam', got "
+                     f"{hp.optimizer_adafactor_decay_type!r}.")
+  if not 0.0 <= hp.optimizer_adafactor_beta1 < 1.0:
+    raise ValueError("hparams.optimizer_adafactor_beta1 must be in [0, 1), got "
+                     f"{hp.optimizer_adafactor_beta1!r}.")
+  if not 0.0 < hp.optimizer_adafactor_beta2 < 1.0:
+    raise ValueError("hparams.optimizer_adafactor_beta2 must be in (0, 1), got "
+                     f"{hp.optimizer_adafactor_beta2!r}.")
+  if not 0.0 < hp.optimizer_adafactor_memory_exponent <= 1.0:
+    raise ValueError("hparams.optimizer_adafactor_memory_exponent must be in (0, 1], got "
+                     f"{hp.optimizer_adafactor_memory_exponent!r}.")
+  if not hp.optimizer_adafactor_clipping_threshold > 0.0:
+    raise ValueError("hparams.optimizer_adafactor_clipping_threshold must be > 0 (T2T: >= 1), "
+                     f"got {hp.optimizer_adafactor_clipping_threshold!r}.")
+  if hp.optimizer.lower() == "adafactor" and hp.optimizer_multistep_accumulate_steps > 1:
+    raise ValueError(
+        "hparams.optimizer=adafactor with optimizer_multistep_accumulate_steps="
+        f"{hp.optimizer_multistep_accumulate_steps}: T2T accumulates gradients only in "
+        "MultistepAdam (its Adafactor updates every batch); set "
+        "optimizer_multistep_accumulate_steps=0 or optimizer=multistep_adam.")
 
 
 def _check_learning_rate(hp: HParams) -> None:

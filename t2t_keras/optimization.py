@@ -1,4 +1,4 @@
-"""Learning-rate schedules (T2T `utils/learning_rate.py`) and Adam from hparams."""
+"""Learning-rate schedules (T2T `utils/learning_rate.py`) and the optimizer from hparams."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from t2t_keras.hparams import (LEARNING_RATE_FACTORS, LEGACY_DECAY_SCHEMES, HParams,
-                               schedule_factors)
+from t2t_keras import adafactor
+from t2t_keras.hparams import (ADAM_OPTIMIZERS, LEARNING_RATE_FACTORS, LEGACY_DECAY_SCHEMES,
+                               HParams, schedule_factors)
 from t2t_keras.perf import adam
 
 FACTORS = LEARNING_RATE_FACTORS
@@ -83,7 +84,8 @@ def legacy_learning_rate(step: tf.Tensor, hp: HParams) -> tf.Tensor:
     cosine: 0.5 * (1 + cos(pi * c / C)), c = C - |C - s mod 2C|, C = cosine_cycle_steps
       (down to 0 over C steps, back up over the next C);
     cyclelinear10x: 3 * (1.1 - |s mod 2w - w| / w), from 0.3 to 3.3 and back every 2w.
-  The result is multiplied by Adam's correction 0.002 and `learning_rate`.
+  The result is multiplied by `learning_rate` and, for the Adam optimizers,
+  T2T's correction 0.002 (1 for Adafactor).
   """
   scheme = hp.learning_rate_decay_scheme
   if scheme not in LEGACY_DECAY_SCHEMES:
@@ -99,7 +101,8 @@ def legacy_learning_rate(step: tf.Tensor, hp: HParams) -> tf.Tensor:
     else:
       warmup_rate = tf.constant(1.0)
     rate = tf.where(step < warmup, warmup_rate, _legacy_decay(scheme, step, hp))
-  return rate * 0.002 * hp.learning_rate  # Every optimizer here is an Adam.
+  correction = 0.002 if hp.optimizer.lower() in ADAM_OPTIMIZERS else 1.0
+  return rate * correction * hp.learning_rate
 
 
 def _legacy_decay(scheme: str, step: tf.Tensor, hp: HParams) -> tf.Tensor:
@@ -225,8 +228,9 @@ class ReducedAdam(FusedAdam):
 def create_optimizer(hparams: HParams, train_steps: int = 250000,
                      schedule: Optional[keras.optimizers.schedules.LearningRateSchedule] = None,
                      all_reduced: bool = False, clip: bool = True,
-                     adam_step_offset: int = 0) -> keras.optimizers.Adam:
-  """Adam with T2T's β1, β2, ε and schedule.
+                     adam_step_offset: int = 0) -> keras.optimizers.Optimizer:
+  """T2T's optimizer of `hparams.optimizer` with its schedule: Adam with T2T's
+  β1, β2, ε, or T2T's Adafactor (`adafactor.T2TAdafactor`, optimizer=adafactor).
 
   T2T's `adam` is LazyAdam, whose sparse updates equal dense Adam for the rows a
   batch touches; the shared embedding also serves as the softmax, whose gradient
@@ -243,15 +247,20 @@ def create_optimizer(hparams: HParams, train_steps: int = 250000,
       (the Trainer does): a `ReducedAdam`, which does not sum them again.
     clip: the optimizer clips by `clip_grad_norm`; False where the caller
       clips (the Trainer clips each micro-batch's gradient, as T2T).
-    adam_step_offset: see `FusedAdam`.
+    adam_step_offset: see `FusedAdam` (Adafactor's `step_offset`).
 
   Returns:
-    a `FusedAdam` (Keras's Adam, updated by TensorFlow's fused kernel).
+    a `FusedAdam` (Keras's Adam, updated by TensorFlow's fused kernel), or a
+    `T2TAdafactor`.
   """
+  learning_rate = schedule or T2TLearningRateSchedule(hparams, train_steps)
+  clipnorm = (hparams.clip_grad_norm or None) if clip else None
+  if hparams.optimizer.lower() == "adafactor":
+    return adafactor.from_hparams(hparams, learning_rate, all_reduced=all_reduced,
+                                  step_offset=adam_step_offset, global_clipnorm=clipnorm)
   cls = ReducedAdam if all_reduced else FusedAdam
   return cls(
-      learning_rate=schedule or T2TLearningRateSchedule(hparams, train_steps),
+      learning_rate=learning_rate,
       beta_1=hparams.optimizer_adam_beta1, beta_2=hparams.optimizer_adam_beta2,
-      epsilon=hparams.optimizer_adam_epsilon,
-      global_clipnorm=(hparams.clip_grad_norm or None) if clip else None,
+      epsilon=hparams.optimizer_adam_epsilon, global_clipnorm=clipnorm,
       adam_step_offset=adam_step_offset)

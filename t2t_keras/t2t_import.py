@@ -39,6 +39,7 @@ _IGNORED_VARIABLE_RE = re.compile(
 _ADAM_SLOT_RE = re.compile(r"^(?:.*?/)?(transformer/.*)/(Adam|Adam_1)$")
 # Slots of T2T's other optimizers (Adafactor's factored moments, momentum, ...).
 _OTHER_SLOT_RE = re.compile(r"^(?:.*?/)?transformer/.*/(Adafactor|Momentum)(_\d+)?$")
+_ADAFACTOR_SLOT_RE = re.compile(r"^(?:.*?/)?(transformer/.*)/Adafactor(?:_(\d+))?$")
 _MODALITY_RE = re.compile(
     r"^transformer/symbol_modality_(\d+)_(\d+)/(shared|input_emb|target_emb|softmax)/"
     r"weights_(\d+)$")
@@ -191,12 +192,7 @@ def load_t2t_adam_state(model, optimizer, checkpoint_path: str, updates: int
   other = sorted({m.group(1) for m in map(_OTHER_SLOT_RE.search, shapes) if m})
   if not slots:
     return {"slots": 0, "adam_step_offset": updates, "other_optimizer": ",".join(other)}
-  targets: List[Tuple[Any, List[str]]] = [(v, [name]) for name, v in
-                                          body_variable_map(model).items()]
-  for role, modality in _modality_roles(model).items():
-    found = {int(m.group(4)): n for n in shapes if (m := _MODALITY_RE.match(n))
-             and m.group(3) == role}
-    targets.append((modality.weights_var, [found[i] for i in sorted(found)]))
+  targets = _slot_targets(model, shapes)
   missing, assignments = [], []
   for variable, names in targets:
     index = optimizer._get_variable_index(variable)  # pylint: disable=protected-access
@@ -223,6 +219,89 @@ def load_t2t_adam_state(model, optimizer, checkpoint_path: str, updates: int
   offset = 0 if made is None else max(0, updates - made)
   return {"slots": sum(len(names) * 2 for _, names in targets), "adam_step_offset": offset,
           "other_optimizer": ""}
+
+
+def _adafactor_kinds(optimizer, variable) -> List[str]:
+  """T2T's Adafactor slots of `variable` in creation order (`_create_slots`), which
+  TF1 names `<variable>/Adafactor`, `<variable>/Adafactor_1`, ..."""
+  return (["m"] if optimizer.beta1 else []) + (
+      ["vr", "vc"] if optimizer.is_factored(variable) else ["v"])
+
+
+def _join_shards(kind: str, values: List[np.ndarray], rows: List[int]) -> np.ndarray:
+  """One slot of the whole embedding from its row shards' slots.
+
+  Row-wise slots (m, v, vr) concatenate; vc, a mean over rows, is the
+  row-weighted mean of the shards' (the same recurrence over all rows).
+  """
+  if kind != "vc" or len(values) == 1:
+    return np.concatenate(values, axis=0)
+  return sum(v * r for v, r in zip(values, rows)) / float(sum(rows))
+
+
+def load_t2t_adafactor_state(model, optimizer, checkpoint_path: str, updates: int
+                             ) -> Dict[str, Any]:
+  """Assigns T2T's Adafactor slots (`m`, `vr`, `vc`, `v`) to a built `T2TAdafactor`.
+
+  T2T's decay rate reads the global step, which the import keeps: with the
+  slots, the step offset is 0. T2T treated each symbol-modality shard as its
+  own variable; their slots are joined into the whole embedding's
+  (`_join_shards`), so the embedding's next updates are close to T2T's, not
+  equal, when T2T sharded it (the other variables' are equal).
+
+  Returns:
+    as `load_t2t_adam_state` ("adam_step_offset" is the optimizer's step offset).
+  Raises:
+    ValueError: the checkpoint has Adafactor slots for some variables but not
+      all, or of the wrong shape.
+  """
+  reader = tf.train.load_checkpoint(checkpoint_path)
+  shapes = reader.get_variable_to_shape_map()
+  slots = {}
+  for name in shapes:
+    match = _ADAFACTOR_SLOT_RE.match(name)
+    if match:
+      slots[(match.group(1), int(match.group(2) or 0))] = name
+  if not slots:
+    other = sorted({m.group(1) for m in map(_OTHER_SLOT_RE.search, shapes) if m} |
+                   ({"Adam"} if _slot_names(shapes) else set()))
+    return {"slots": 0, "adam_step_offset": updates, "other_optimizer": ",".join(other)}
+  missing, assignments, count = [], [], 0
+  for variable, names in _slot_targets(model, shapes):
+    have = optimizer.slots(variable)
+    for index, kind in enumerate(_adafactor_kinds(optimizer, variable)):
+      suffix = "Adafactor" + (f"_{index}" if index else "")
+      keys = [slots.get((name, index)) for name in names]
+      if None in keys:
+        missing += [f"{name}/{suffix} ({kind})" for name, key in zip(names, keys) if key is None]
+        continue
+      value = _join_shards(kind, [reader.get_tensor(k) for k in keys],
+                           [shapes[name][0] for name in names])
+      if list(value.shape) != list(have[kind].shape):
+        missing.append(f"{names[0]}/{suffix} ({kind}): shape {list(value.shape)}, the "
+                       f"optimizer's {list(have[kind].shape)}")
+        continue
+      assignments.append((have[kind], value))
+      count += len(names)
+  if missing:
+    raise ValueError(f"T2T checkpoint {checkpoint_path} lacks these Adafactor slots for the "
+                     "run's optimizer_adafactor_* hparams (a damaged or partial checkpoint, "
+                     "or other beta1/factored settings; pass --reset_optimizer to import the "
+                     "weights with a fresh Adafactor):\n    " + "\n    ".join(missing))
+  for slot, value in assignments:
+    slot.assign(value.astype(np.float32))
+  return {"slots": count, "adam_step_offset": 0, "other_optimizer": ""}
+
+
+def _slot_targets(model, shapes) -> List[Tuple[Any, List[str]]]:
+  """(Keras variable, its T2T variable names: one, or the modality's shards in order)."""
+  targets: List[Tuple[Any, List[str]]] = [(v, [name]) for name, v in
+                                          body_variable_map(model).items()]
+  for role, modality in _modality_roles(model).items():
+    found = {int(m.group(4)): n for n in shapes if (m := _MODALITY_RE.match(n))
+             and m.group(3) == role}
+    targets.append((modality.weights_var, [found[i] for i in sorted(found)]))
+  return targets
 
 
 def load_t2t_weights(model, checkpoint_path: str) -> Dict[str, Any]:
@@ -462,8 +541,10 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
       log(f"T2T's global step {t2t_step} is {partial} micro-batch(es) into an accumulation "
           f"of {hp.optimizer_multistep_accumulate_steps}: those gradients are not imported; "
           f"training continues at update {step}.")
+    load_state = (load_t2t_adafactor_state if hp.optimizer == "adafactor"
+                  else load_t2t_adam_state)
     adam = ({"slots": 0, "adam_step_offset": step, "other_optimizer": ""} if reset_optimizer
-            else load_t2t_adam_state(trainer.model, trainer.optimizer, source, step))
+            else load_state(trainer.model, trainer.optimizer, source, step))
     trainer.optimizer.iterations.assign(step)
     checkpoint = tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)
     written = tf.train.CheckpointManager(checkpoint, tmp, max_to_keep=None).save(
@@ -475,12 +556,21 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
     _write_notes(tmp, problem.name, result, source, loaded["assigned"])
   log(f"Imported {source} (T2T step {t2t_step}, {loaded['assigned']} variables) into {final}: "
       f"problem {problem.name}, target space {spec.target_space_id}.")
-  log(_optimizer_note(adam, reset_optimizer, step))
+  log(_optimizer_note(adam, reset_optimizer, step, hp.optimizer))
   return result
 
 
-def _optimizer_note(adam: Dict[str, Any], reset: bool, step: int) -> str:
+def _optimizer_note(adam: Dict[str, Any], reset: bool, step: int, optimizer: str) -> str:
   """One line on the optimizer state the import carries."""
+  if optimizer == "adafactor":
+    if adam["slots"]:
+      return (f"Adafactor state imported ({adam['slots']} slot tensors; its decay continues "
+              f"at step {step}): fine-tuning continues T2T's Adafactor.")
+    why = ("--reset_optimizer given" if reset else
+           f"the checkpoint holds {adam['other_optimizer']} state, not Adafactor's"
+           if adam["other_optimizer"] else "the checkpoint has no optimizer state")
+    return (f"Adafactor starts fresh ({why}): zero moments, its decay counted from this "
+            f"import; the learning-rate schedule continues at step {step}.")
   if adam["slots"]:
     made = step - adam["adam_step_offset"]
     return (f"Adam state imported ({adam['slots']} slot tensors; bias correction continues "

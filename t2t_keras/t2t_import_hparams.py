@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, List, Tuple
 
 import tensorflow as tf
 
-from t2t_keras.hparams import (ADAM_OPTIMIZERS, DECODE_FIELDS_IN_HPARAMS, DecodeHParams, HParams,
+from t2t_keras.hparams import (DECODE_FIELDS_IN_HPARAMS, OPTIMIZERS, DecodeHParams, HParams,
                                create_hparams)
 
 # T2T hparams that do not change the transformer's computation, at inference or
@@ -42,11 +42,7 @@ T2T_INERT_HPARAMS: Dict[str, str] = {
     **{name: "read only by relative attention (self_attention_type is checked)" for name in (
         "max_relative_position", "heads_share_relative_embedding", "add_relative_to_values")},
     **{name: "read only by other optimizers (optimizer is checked)" for name in (
-        "optimizer_momentum_momentum", "optimizer_momentum_nesterov",
-        "optimizer_adafactor_beta1", "optimizer_adafactor_beta2",
-        "optimizer_adafactor_factored", "optimizer_adafactor_decay_type",
-        "optimizer_adafactor_memory_exponent", "optimizer_adafactor_clipping_threshold",
-        "optimizer_adafactor_multiply_by_parameter_scale")},
+        "optimizer_momentum_momentum", "optimizer_momentum_nesterov")},
     **{name: "read only when scheduled_sampling_prob > 0 (which is checked)" for name in (
         "scheduled_sampling_warmup_steps", "scheduled_sampling_gold_mixin_prob",
         "scheduled_sampling_method", "scheduled_sampling_num_passes",
@@ -208,12 +204,12 @@ def hparams_from_t2t(values: Dict[str, Any], ignore: Iterable[str] = ()) -> HPar
       errors.append(f"T2T hparam {name}={mapped[name]!r} is not implemented (the 'z' "
                     "zero_add residual has a trained gamma).")
   optimizer = str(mapped.get("optimizer", "adam")).lower()
-  if optimizer not in ADAM_OPTIMIZERS:
+  if optimizer not in OPTIMIZERS:
     mapped.pop("optimizer")
     errors.append(
         f"T2T hparam optimizer={values['optimizer']!r}: t2t-keras trains with T2T's Adam "
-        "only, so this run's optimizer state cannot be continued. To fine-tune its weights "
-        "with Adam from fresh moments, pass --ignore_t2t_hparams=optimizer --reset_optimizer.")
+        "and Adafactor only, so this run's optimizer state cannot be continued. To "
+        "fine-tune its weights with Adam from fresh moments, pass --ignore_t2t_hparams=optimizer --reset_optimizer.")
   if errors:
     raise ValueError("Cannot import these T2T hparams:\n  " + "\n  ".join(errors) +
                      "\nPass --ignore_t2t_hparams=NAME,... to drop a field knowingly.")

@@ -10,6 +10,9 @@ Independent of t2t_keras: each function cites the T2T function it ports.
   what `utils/optimize.py` `optimize` gives it: each micro-batch's gradient
   plus weight decay's (`weight_decay`, biases skipped), clipped by its global
   norm (`optimize_loss(clip_gradients=clip_grad_norm)`).
+- `Adafactor`: `utils/adafactor.py` `AdafactorOptimizer._resource_apply_dense`
+  with the decay rates `adafactor_decay_rate_pow` / `adafactor_decay_rate_adam`,
+  built as `adafactor_optimizer_from_hparams` does.
 """
 
 import math
@@ -170,3 +173,78 @@ class MultistepAdam:
     self.iter = (self.iter + 1) % self.n  # _finish
     self.global_step += 1  # optimize_loss's global_step
     return lr
+
+
+def adafactor_decay_rate(step_num, hp):
+  """`adafactor_decay_rate_pow` / `adafactor_decay_rate_adam` at the global step
+  `step_num` read during the update (TF1 increments it after the update).
+
+  In float32, as T2T's graph computes it: for beta2 near 1, 1 - beta2^t keeps
+  only a few digits there (beta2 0.999: about 3e-5 relative at t = 2).
+  """
+  f32 = np.float32
+  t = f32(step_num) + f32(1.0)
+  if hp["optimizer_adafactor_decay_type"] == "pow":
+    return float(f32(1.0) - np.power(t, f32(-hp["optimizer_adafactor_memory_exponent"])))
+  beta2 = f32(hp["optimizer_adafactor_beta2"])
+  return float(beta2 * (f32(1.0) - np.power(beta2, t - f32(1.0))) /
+               (f32(1.0) - np.power(beta2, t)))
+
+
+def _rms(x):
+  return math.sqrt(float(np.mean(np.square(x))))
+
+
+class Adafactor:
+  """`AdafactorOptimizer` as `adafactor_optimizer_from_hparams(hp, lr)` builds it.
+
+  Slots as `_create_slots`: `m` when beta1 > 0; `vr` (shape[:-1]) and `vc`
+  (shape[:-2] + shape[-1:]) for variables of rank >= 2 when factored, else `v`.
+  `clipped` counts the updates whose update clipping was active.
+  """
+
+  def __init__(self, weights, hp):
+    self.w = [np.asarray(x, np.float64) for x in weights]
+    self.hp = hp
+    self.slots = []
+    for w in self.w:
+      slots = {}
+      if hp["optimizer_adafactor_beta1"]:
+        slots["m"] = np.zeros_like(w)
+      if hp["optimizer_adafactor_factored"] and w.ndim >= 2:
+        slots["vr"] = np.zeros(w.shape[:-1])
+        slots["vc"] = np.zeros(w.shape[:-2] + w.shape[-1:])
+      else:
+        slots["v"] = np.zeros_like(w)
+      self.slots.append(slots)
+    self.global_step = 0
+    self.clipped = 0
+
+  def apply(self, grads, lr):
+    """One update of every variable at learning rate `lr` (`_resource_apply_dense`)."""
+    hp = self.hp
+    decay = adafactor_decay_rate(float(self.global_step), hp)
+    for i, g in enumerate(grads):
+      g = np.asarray(g, np.float64)
+      slots, old = self.slots[i], self.w[i]
+      g2 = np.square(g) + 1e-30
+      scale = lr
+      if hp["optimizer_adafactor_multiply_by_parameter_scale"]:
+        scale *= max(_rms(old), 1e-3)
+      if "vr" in slots:
+        slots["vr"] = decay * slots["vr"] + (1 - decay) * g2.mean(axis=-1)
+        slots["vc"] = decay * slots["vc"] + (1 - decay) * g2.mean(axis=-2)
+        r = 1 / np.sqrt(slots["vr"] / slots["vr"].mean(axis=-1, keepdims=True))
+        x = g * r[..., :, None] * (1 / np.sqrt(slots["vc"]))[..., None, :]
+      else:
+        slots["v"] = decay * slots["v"] + (1 - decay) * g2
+        x = g / np.sqrt(slots["v"])
+      denom = max(1.0, _rms(x) / hp["optimizer_adafactor_clipping_threshold"])
+      self.clipped += denom > 1.0
+      update = scale * x / denom
+      if "m" in slots:
+        beta1 = hp["optimizer_adafactor_beta1"]
+        slots["m"] = beta1 * slots["m"] + (1 - beta1) * update
+        update = slots["m"]
+      self.w[i] = old - update
+    self.global_step += 1

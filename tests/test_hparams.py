@@ -99,7 +99,7 @@ def test_overrides_typed():
     ("num_heads", "Malformed"),
     ("num_heads=4,num_heads=8", "given twice"),
     ("layer_preprocess_sequence=a", "layer_preprocess_sequence"),
-    ("optimizer=adafactor", "optimizer must be one of adam"),
+    ("optimizer=momentum", "optimizer must be one of adam"),
     ("symbol_modality_num_shards=0", "symbol_modality_num_shards must be >= 1, got 0"),
     ("initializer=he_uniform", "initializer.*'he_uniform'.*uniform_unit_scaling"),
     ("learning_rate_schedule=constantt*linear_warmup",

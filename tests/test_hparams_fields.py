@@ -41,6 +41,7 @@ TINY = "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1"
 # Constant learning rate and Adam's epsilon far above sqrt(v): the first update is
 # then linear in the gradient (plain Adam's first step is about lr * sign(g)).
 TRAIN = "learning_rate_schedule=constant,learning_rate_constant=0.1,optimizer_adam_epsilon=10"
+ADAFACTOR = TRAIN + ",optimizer=adafactor"
 
 # Fields whose non-default values are refused: (field, value, message fragment).
 REFUSED = {
@@ -67,10 +68,6 @@ ALLOW_LIST = {
         "symbol_modality_num_shards": ("t2t_keras/t2t_import.py", "weights_",
                                        "tests/test_t2t_import.py",
                                        "names T2T checkpoint variables only"),
-        # adam / lazy_adam / true_adam are the same dense update here (see
-        # optimization.create_optimizer); the names are validated in HParams.
-        "optimizer": ("t2t_keras/hparams.py", "self.optimizer", "tests/test_hparams.py",
-                      "validated names; every choice is Adam"),
         # Exact equality with the concatenated batch is tested in test_training.
         "optimizer_multistep_accumulate_steps": (
             "t2t_keras/training.py", "hparams.optimizer_multistep_accumulate_steps",
@@ -273,6 +270,17 @@ PROBES = {
         "optimizer_adam_beta1": (TRAIN, 0.5, observe_training),
         "optimizer_adam_beta2": (TRAIN, 0.5, observe_training),
         "optimizer_adam_epsilon": (TRAIN, 1.0, observe_training),
+        # adam / lazy_adam / true_adam are the same dense update (create_optimizer).
+        "optimizer": (TRAIN, "adafactor", observe_training),
+        "optimizer_adafactor_beta1": (ADAFACTOR, 0.5, observe_training),
+        "optimizer_adafactor_beta2": (ADAFACTOR + ",optimizer_adafactor_decay_type=adam", 0.5,
+                                      observe_training),
+        "optimizer_adafactor_decay_type": (ADAFACTOR, "adam", observe_training),
+        "optimizer_adafactor_memory_exponent": (ADAFACTOR, 0.3, observe_training),
+        "optimizer_adafactor_factored": (ADAFACTOR, False, observe_training),
+        "optimizer_adafactor_clipping_threshold": (ADAFACTOR, 0.2, observe_training),
+        "optimizer_adafactor_multiply_by_parameter_scale": (ADAFACTOR, False,
+                                                            observe_training),
         "batch_size": ("batch_size=64", 32, observe_batching),
         "max_length": ("batch_size=64", 12, observe_batching),
         "min_length_bucket": ("batch_size=64", 4, observe_batching),

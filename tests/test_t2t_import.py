@@ -446,34 +446,98 @@ def test_fine_tuning_takes_t2t_adams_next_two_updates(tmp_path, source):
     assert max(np.abs(a - b).max() for a, b in zip(restarted.w, weights)) > 0
 
 
-def test_adafactor_run_is_refused_by_name_and_imports_with_fresh_adam(tmp_path):
-  """T2T's Adafactor state (transformer_tpu sets) cannot be continued: the import is
-  refused naming Adafactor and the way out; taken, it imports the weights and says
-  Adam starts fresh because the checkpoint holds Adafactor's state."""
-  t2t_dir = _strip_optimizer_state(tmp_path, 50)
+def _adafactor_run(tmp_path, step, with_slots, skip=None):
+  """A T2T Adafactor run (default settings: factored, no beta1) at global step
+  `step`, with random Adafactor slots for every variable but `skip` when asked."""
+  t2t_dir = _strip_optimizer_state(tmp_path, step)
   hparams = json.loads((t2t_dir / "hparams.json").read_text())
-  hparams.update(optimizer="adafactor", learning_rate_schedule="rsqrt_decay")
+  hparams.update(optimizer="Adafactor", learning_rate_schedule="rsqrt_decay",
+                 optimizer_adafactor_beta1=0.0, optimizer_adafactor_factored=True)
   (t2t_dir / "hparams.json").write_text(json.dumps(hparams))
-  reader = tf.train.load_checkpoint(str(t2t_dir / "model.ckpt-50"))
+  reader = tf.train.load_checkpoint(str(t2t_dir / f"model.ckpt-{step}"))
   tensors = {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()}
-  kernel = "transformer/body/encoder/layer_0/ffn/conv1/kernel"
-  tensors[f"training/{kernel}/Adafactor"] = np.ones(tensors[kernel].shape[:1], np.float32)
-  tensors[f"training/{kernel}/Adafactor_1"] = np.ones(tensors[kernel].shape[1:], np.float32)
+  rng = np.random.default_rng(0)
+  for name in [n for n in tensors if n.startswith("transformer/") and n != skip]:
+    if not with_slots:
+      continue
+    shape = tensors[name].shape
+    # TF1 names the slots <var>/Adafactor, <var>/Adafactor_1 in _create_slots order.
+    parts = [shape[:-1], shape[:-2] + shape[-1:]] if len(shape) >= 2 else [shape]
+    for i, part in enumerate(parts):
+      suffix = "Adafactor" + (f"_{i}" if i else "")
+      tensors[f"training/{name}/{suffix}"] = rng.uniform(0.5, 2.0, part).astype(np.float32)
   with tf.Graph().as_default():
     variables = [tf.compat.v1.Variable(v, name=n) for n, v in tensors.items()]
     saver = tf.compat.v1.train.Saver(variables)
     with tf.compat.v1.Session() as session:
       session.run(tf.compat.v1.global_variables_initializer())
-      saver.save(session, str(t2t_dir / "model.ckpt"), global_step=50)
-  with pytest.raises(ValueError, match="optimizer='adafactor'.*--ignore_t2t_hparams=optimizer "
-                     "--reset_optimizer"):
+      saver.save(session, str(t2t_dir / "model.ckpt"), global_step=step)
+  return t2t_dir, tensors
+
+
+def test_adafactor_run_imports_with_its_adafactor_slots(tmp_path):
+  """T2T's Adafactor slots (vr/vc of matrices, v of vectors) land in T2TAdafactor's
+  slots of the imported run's checkpoint, the row shards of the embedding joined
+  (vr concatenated, vc their row-weighted mean); the decay continues at T2T's step."""
+  from t2t_keras import experiment, run_dir
+  from t2t_keras.training import Trainer, create_strategy
+  t2t_dir, tensors = _adafactor_run(tmp_path, 50, with_slots=True)
+  lines, run = [], str(tmp_path / "run")
+  t2t_import.import_t2t_run(str(t2t_dir), run, log=lines.append)
+  assert "Adafactor state imported" in lines[-1], lines
+  assert t2t_import.adam_step_offset(run) == 0
+  hp, _, spec = run_dir.load_run_files(run)
+  assert hp.optimizer == "adafactor"
+  trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=1000)
+  config = experiment.RunConfig(output_dir=run, train_steps=1000)
+  assert experiment.Experiment(trainer, config, None, None, log=lines.append).restore() == 50
+  optimizer = trainer.optimizer
+  for name, variable in t2t_import.body_variable_map(trainer.model).items():
+    slots = optimizer.slots(variable)
+    if len(variable.shape) >= 2:
+      np.testing.assert_array_equal(slots["vr"].numpy(), tensors[f"training/{name}/Adafactor"])
+      np.testing.assert_array_equal(slots["vc"].numpy(),
+                                    tensors[f"training/{name}/Adafactor_1"])
+    else:
+      np.testing.assert_array_equal(slots["v"].numpy(), tensors[f"training/{name}/Adafactor"])
+  shards = sorted((n for n in tensors if "/shared/weights_" in n and "training/" not in n),
+                  key=lambda n: int(n.rsplit("_", 1)[1]))
+  assert len(shards) > 1
+  slots = optimizer.slots(trainer.model.softmax.weights_var)
+  np.testing.assert_array_equal(
+      slots["vr"].numpy(), np.concatenate([tensors[f"training/{n}/Adafactor"] for n in shards]))
+  rows = np.array([tensors[n].shape[0] for n in shards], np.float64)
+  vc = sum(r * tensors[f"training/{n}/Adafactor_1"] for r, n in zip(rows, shards)) / rows.sum()
+  np.testing.assert_allclose(slots["vc"].numpy(), vc, rtol=1e-6)
+
+
+def test_adafactor_import_without_or_with_partial_slots(tmp_path):
+  """Without Adafactor state the import starts a fresh Adafactor (its decay counted
+  from the import); with slots missing for a variable it fails naming the slot."""
+  t2t_dir, _ = _adafactor_run(tmp_path, 50, with_slots=False)
+  lines = []
+  t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "run"), log=lines.append)
+  assert "Adafactor starts fresh (the checkpoint has no optimizer state)" in lines[-1]
+  assert t2t_import.adam_step_offset(str(tmp_path / "run")) == 50
+  kernel = "transformer/body/encoder/layer_0/ffn/conv1/kernel"
+  partial = tmp_path / "partial"
+  partial.mkdir()
+  t2t_dir, _ = _adafactor_run(partial, 50, with_slots=True, skip=kernel)
+  with pytest.raises(ValueError, match=f"(?s)lacks these Adafactor slots.*--reset_optimizer.*"
+                     f"{kernel}/Adafactor \\(vr\\)"):
     t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "refused"), log=lambda line: None)
   assert not (tmp_path / "refused").exists()
-  lines = []
-  t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "run"), ignore_hparams=["optimizer"],
-                            log=lines.append)
-  assert "Adam starts fresh (the checkpoint holds Adafactor state, not Adam's)" in lines[-1]
-  assert t2t_import.adam_step_offset(str(tmp_path / "run")) == 50
+
+
+def test_momentum_run_is_refused_by_name(tmp_path):
+  """Optimizers other than Adam and Adafactor are refused, naming the way out."""
+  t2t_dir = _strip_optimizer_state(tmp_path, 50)
+  hparams = json.loads((t2t_dir / "hparams.json").read_text())
+  hparams.update(optimizer="momentum")
+  (t2t_dir / "hparams.json").write_text(json.dumps(hparams))
+  with pytest.raises(ValueError, match="optimizer='momentum'.*--ignore_t2t_hparams=optimizer "
+                     "--reset_optimizer"):
+    t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "refused"), log=lambda line: None)
 
 
 def test_multistep_run_imports_at_its_update_count(tmp_path):
