@@ -170,8 +170,11 @@ class HParams(_Fields):
     if self.self_attention_type not in SELF_ATTENTION_TYPES:
       raise ValueError(f"hparams.self_attention_type must be one of {SELF_ATTENTION_TYPES}, "
                        f"got {self.self_attention_type!r}.")
+    if self.max_relative_position < 0:
+      raise ValueError("hparams.max_relative_position must be >= 0, got "
+                       f"{self.max_relative_position!r}.")
     if self.self_attention_type == "dot_product_relative":
-      if self.max_relative_position <= 0:
+      if self.max_relative_position == 0:
         raise ValueError("hparams.max_relative_position must be > 0 with "
                          f"self_attention_type='dot_product_relative', got "
                          f"{self.max_relative_position!r}.")
