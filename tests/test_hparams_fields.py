@@ -46,7 +46,6 @@ TRAIN = "learning_rate_schedule=constant,learning_rate_constant=0.1,optimizer_ad
 REFUSED = {
     HParams: [
         ("ffn_layer", "dense_relu_dense_gated", "only 'dense_relu_dense'"),
-        ("self_attention_type", "dot_product_relative", "only 'dot_product'"),
         ("norm_type", "batch", "only 'layer'"),
     ],
     DecodeHParams: [
@@ -224,6 +223,8 @@ PROBES = {
         "num_decoder_layers": ("", 2, observe_model),
         "attention_key_channels": ("", 8, observe_model),
         "attention_value_channels": ("", 8, observe_model),
+        "self_attention_type": ("", "dot_product_relative", observe_model),
+        "max_relative_position": ("self_attention_type=dot_product_relative", 3, observe_model),
         "layer_preprocess_sequence": ("", "none", observe_model),
         "layer_postprocess_sequence": ("", "dan", observe_model),
         "layer_prepostprocess_dropout": ("", 0.5, observe_model_training),
