@@ -347,5 +347,9 @@ def _relative_matmul(x: tf.Tensor, embeddings: tf.Tensor, transpose: bool) -> tf
   """
   if embeddings.shape[0] == 1:  # One matrix for all rows: a plain matmul.
     return tf.matmul(x, embeddings[0], transpose_b=transpose)
-  equation = "bhqd,qkd->bhqk" if transpose else "bhqk,qkd->bhqd"
-  return tf.einsum(equation, x, embeddings)
+  # One matmul per query position, batch and heads as its rows (as T2T does).
+  shape = tf.shape(x)
+  rows = tf.reshape(tf.transpose(x, [2, 0, 1, 3]), [shape[2], shape[0] * shape[1], shape[3]])
+  out = tf.matmul(rows, tf.cast(embeddings, x.dtype), transpose_b=transpose)
+  out = tf.reshape(out, [shape[2], shape[0], shape[1], tf.shape(out)[2]])
+  return tf.transpose(out, [1, 2, 0, 3])
