@@ -27,6 +27,7 @@ Run:
   .venv/bin/python bench/bench_decode.py --cases=test --max_lines=128
   .venv/bin/python bench/bench_decode.py --cases=worst --dtypes=bfloat16 \
       --modes=beam:cached:xla --repeats=5
+  .venv/bin/python bench/bench_decode.py --hparams=self_attention_type=dot_product_relative,pos=none
 """
 
 import argparse
@@ -75,6 +76,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
   p.add_argument("--worst_length", type=int, default=24, help="input tokens, EOS included")
   p.add_argument("--vocab_size", type=int, default=32768, help="worst case vocabulary")
   p.add_argument("--hparams_set", default="transformer_base", help="worst case model")
+  p.add_argument("--hparams", default="",
+                 help="T2T-syntax overrides of --hparams_set (and --test_hparams_set), e.g. "
+                      "'self_attention_type=dot_product_relative,pos=none'")
   p.add_argument("--data_dir", default="work/data",
                  help="data dir of the default problem (what `make demo` writes)")
   p.add_argument("--output_dir", default="", help="trained run for the test case")
@@ -110,7 +114,7 @@ def set_dtype(dtype: str) -> None:
 
 def worst_case(args, dtype: str) -> Tuple[Transformer, List[np.ndarray]]:
   set_dtype(dtype)
-  hp = hparams_lib.create_hparams(args.hparams_set)
+  hp = hparams_lib.create_hparams(args.hparams_set, args.hparams)
   model = Transformer(hp, args.vocab_size, name="transformer")
   model.build()
   rng = np.random.default_rng(0)
@@ -128,7 +132,7 @@ def test_case(args, dtype: str) -> Tuple[Transformer, List[np.ndarray]]:
   else:
     vocab = SubwordTextEncoder(os.path.join(args.data_dir,
                                             f"vocab.{PROBLEM}.8192.subwords"))
-    hp = hparams_lib.create_hparams(args.test_hparams_set)
+    hp = hparams_lib.create_hparams(args.test_hparams_set, args.hparams)
     model = Transformer(hp, vocab.vocab_size, name="transformer")
     model.build()
   vocab = SubwordTextEncoder(os.path.join(args.data_dir, f"vocab.{PROBLEM}.8192.subwords"))

@@ -11,6 +11,12 @@ from __future__ import annotations
 from t2t_keras.hparams import HParams
 
 
+def _relative_factor(hp: HParams) -> int:
+  """2 for relative self-attention: it also multiplies the queries by the key
+  embeddings and the weights by the value embeddings of every attended position."""
+  return 2 if hp.self_attention_type == "dot_product_relative" else 1
+
+
 def forward_flops(hp: HParams, target_vocab_size: int, batch: int, input_length: int,
                   target_length: int) -> float:
   """Forward-pass matmul FLOPs of one padded batch `[batch, input/target_length]`."""
@@ -18,9 +24,11 @@ def forward_flops(hp: HParams, target_vocab_size: int, batch: int, input_length:
   src, tgt = batch * input_length, batch * target_length
   projections = 2 * d * kc + 2 * d * vc  # q, k, v, output_transform
   ffn = 2 * d * f
-  encoder = hp.encoder_layers * src * (projections + ffn + input_length * (kc + vc))
+  relative = _relative_factor(hp)
+  encoder = hp.encoder_layers * src * (projections + ffn +
+                                       relative * input_length * (kc + vc))
   decoder = hp.decoder_layers * (
-      tgt * (projections + target_length * (kc + vc))          # self-attention
+      tgt * (projections + relative * target_length * (kc + vc))  # self-attention
       + tgt * (d * kc + vc * d + input_length * (kc + vc))      # enc-dec q, output, scores
       + src * (d * kc + d * vc)                                 # enc-dec k, v
       + tgt * ffn)
@@ -47,11 +55,12 @@ def decode_flops(hp: HParams, target_vocab_size: int, batch: int, input_length: 
   """
   d, f, kc, vc = hp.hidden_size, hp.filter_size, hp.key_channels, hp.value_channels
   src, rows = batch * input_length, batch * beam_size
+  relative = _relative_factor(hp)
   encoder = hp.encoder_layers * src * (2 * d * kc + 2 * d * vc + 2 * d * f +
-                                       input_length * (kc + vc))
+                                       relative * input_length * (kc + vc))
   encdec_kv = hp.decoder_layers * src * (d * kc + d * vc)
   per_row_step = hp.decoder_layers * (
-      2 * d * kc + 2 * d * vc + steps * beam_size * (kc + vc)   # self-attention
+      2 * d * kc + 2 * d * vc + relative * steps * beam_size * (kc + vc)  # self-attention
       + d * kc + vc * d + input_length * (kc + vc)               # enc-dec q, output, scores
       + 2 * d * f) + d * target_vocab_size
   return 2.0 * (encoder + encdec_kv + rows * steps * per_row_step)

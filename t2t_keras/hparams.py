@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 _PREPOST_CHARS = set("adnz")
 POS_CHOICES = ("timing", "timing_paper", "emb", "none")
+SELF_ATTENTION_TYPES = ("dot_product", "dot_product_relative")
 # T2T `utils/optimize.py:get_variable_initializer` names ("" is TF's default,
 # Glorot uniform); built by `layers/initializers.py`.
 INITIALIZERS = ("uniform_unit_scaling", "normal_unit_scaling", "uniform", "orthogonal",
@@ -92,7 +93,10 @@ class HParams(_Fields):
   attention_key_channels: int = 0  # Total over heads; 0: hidden_size.
   attention_value_channels: int = 0  # Total over heads; 0: hidden_size.
   ffn_layer: str = "dense_relu_dense"
-  self_attention_type: str = "dot_product"
+  self_attention_type: str = "dot_product"  # or "dot_product_relative" (Shaw et al. 2018)
+  # Relative attention: distances clipped to +-this get their own learned key and
+  # value embeddings (T2T's transformer_relative: 20; read only by the relative type).
+  max_relative_position: int = 20
   # Residual blocks, normalization, dropout.
   layer_preprocess_sequence: str = "none"
   layer_postprocess_sequence: str = "dan"
@@ -182,9 +186,23 @@ class HParams(_Fields):
     if self.ffn_layer != "dense_relu_dense":
       raise ValueError(
           f"hparams.ffn_layer: only 'dense_relu_dense' is implemented, got {self.ffn_layer!r}.")
-    if self.self_attention_type != "dot_product":
-      raise ValueError("hparams.self_attention_type: only 'dot_product' is implemented, "
+    if self.self_attention_type not in SELF_ATTENTION_TYPES:
+      raise ValueError(f"hparams.self_attention_type must be one of {SELF_ATTENTION_TYPES}, "
                        f"got {self.self_attention_type!r}.")
+    if self.max_relative_position < 0:
+      raise ValueError("hparams.max_relative_position must be >= 0, got "
+                       f"{self.max_relative_position!r}.")
+    if self.self_attention_type == "dot_product_relative":
+      if self.max_relative_position == 0:
+        raise ValueError("hparams.max_relative_position must be > 0 with "
+                         f"self_attention_type='dot_product_relative', got "
+                         f"{self.max_relative_position!r}.")
+      if self.key_channels != self.value_channels:
+        # T2T's relative value embeddings have the key depth (its matmul fails otherwise).
+        raise ValueError(
+            "hparams.self_attention_type='dot_product_relative' needs equal key and value "
+            f"depths, got attention_key_channels={self.key_channels} and "
+            f"attention_value_channels={self.value_channels} (0 means hidden_size).")
     if self.multiply_embedding_mode not in ("sqrt_depth", "none"):
       raise ValueError("hparams.multiply_embedding_mode must be 'sqrt_depth' or 'none', "
                        f"got {self.multiply_embedding_mode!r}.")

@@ -81,8 +81,13 @@ def _sublayer_names(scope: str, pre, post, hp: HParams) -> Dict[str, Any]:
 
 
 def _attention_names(scope: str, attention) -> Dict[str, Any]:
-  return {f"{scope}/multihead_attention/{p}/kernel": getattr(attention, p).kernel
-          for p in ("q", "k", "v", "output_transform")}
+  out = {f"{scope}/multihead_attention/{p}/kernel": getattr(attention, p).kernel
+         for p in ("q", "k", "v", "output_transform")}
+  if attention.max_relative_position:  # T2T's dot_product_attention_relative scope
+    relative = f"{scope}/multihead_attention/dot_product_attention_relative"
+    out[f"{relative}/relative_positions_keys/embeddings"] = attention.relative_keys
+    out[f"{relative}/relative_positions_values/embeddings"] = attention.relative_values
+  return out
 
 
 def _ffn_names(scope: str, ffn) -> Dict[str, Any]:

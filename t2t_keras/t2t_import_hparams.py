@@ -39,8 +39,8 @@ T2T_INERT_HPARAMS: Dict[str, str] = {
     **{name: "read only by other models or ffn layers (ffn_layer is checked)" for name in (
         "kernel_height", "kernel_width", "compress_steps", "dropout", "conv_first_kernel",
         "parameter_attention_key_channels", "parameter_attention_value_channels")},
-    **{name: "read only by relative attention (self_attention_type is checked)" for name in (
-        "max_relative_position", "heads_share_relative_embedding", "add_relative_to_values")},
+    **{name: "read only by the unmasked relative attention types (self_attention_type is "
+             "checked)" for name in ("heads_share_relative_embedding", "add_relative_to_values")},
     **{name: "read only by other optimizers (optimizer is checked)" for name in (
         "optimizer_momentum_momentum", "optimizer_momentum_nesterov")},
     **{name: "read only when scheduled_sampling_prob > 0 (which is checked)" for name in (
@@ -181,7 +181,9 @@ def hparams_from_t2t(values: Dict[str, Any], ignore: Iterable[str] = ()) -> HPar
   for name, value in sorted(values.items()):
     if name in ignore or name in T2T_INERT_HPARAMS:
       continue
-    if name in kinds:
+    if name == "pos" and value is None:  # T2T's transformer_relative: no position signal
+      mapped[name] = "none"
+    elif name in kinds:
       try:
         mapped[name] = _convert(name, value, kinds[name])
       except ValueError as e:

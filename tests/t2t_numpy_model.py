@@ -13,6 +13,12 @@ in float64:
     ("n" layer norm eps norm_epsilon, "a" residual, "d" identity at inference);
   attention: q, k, v, output_transform without bias, q scaled by
     depth_per_head^-0.5, -1e9 bias on padded keys / future positions;
+  relative self-attention (self_attention_type "dot_product_relative", T2T's
+    `dot_product_attention_relative`): tables `relative_positions_keys` and
+    `relative_positions_values` indexed by clip(j - i, -max, max) + max
+    (`_generate_relative_positions_matrix`); logits += q · keys_table[rel]
+    and output += weights · values_table[rel] (`_relative_attention_inner`),
+    for encoder and decoder self-attention only; pos None adds no sinusoid;
   FFN: relu(x W1 + b1) W2 + b2; final preprocess after each stack;
   decoder input: targets embedded and shifted right (a zero vector first);
   logits = body @ softmax_weights^T.
@@ -106,6 +112,18 @@ class T2TNumpyTransformer:
     return self.prepost(scope + "/layer_postprocess", self.hp["layer_postprocess_sequence"],
                         previous, y)
 
+  def _relative_tables(self, scope, length):
+    """Self-attention of a relative model: (keys, values) `[l, l, depth]`, else None."""
+    if self.hp.get("self_attention_type", "dot_product") != "dot_product_relative" or \
+        not scope.endswith("/self_attention"):
+      return None
+    m = self.hp["max_relative_position"]
+    position = np.arange(length)
+    rel = np.clip(position[None, :] - position[:, None], -m, m) + m  # [query, key]
+    base = f"{scope}/multihead_attention/dot_product_attention_relative"
+    return tuple(self.t[f"{base}/relative_positions_{kind}/embeddings"][rel]
+                 for kind in ("keys", "values"))
+
   def attention(self, scope, x, memory, bias):
     """x `[n, lq, d]`, memory `[n, lk, d]`, bias broadcastable to `[n, h, lq, lk]`."""
     w = lambda p: self.t[f"{scope}/multihead_attention/{p}/kernel"]
@@ -113,12 +131,24 @@ class T2TNumpyTransformer:
     split = lambda a: a.reshape(a.shape[0], a.shape[1], self.heads, -1).transpose(0, 2, 1, 3)
     q, k, v = split(q), split(k), split(v)
     q = q * q.shape[-1] ** -0.5
+    relative = self._relative_tables(scope, x.shape[1])
     logits = q @ k.transpose(0, 1, 3, 2) + bias
+    if relative is not None:
+      logits = logits + np.einsum("nhid,ijd->nhij", q, relative[0])
     logits = logits - logits.max(-1, keepdims=True)
     weights = np.exp(logits)
     weights /= weights.sum(-1, keepdims=True)
-    out = (weights @ v).transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], -1)
+    out = weights @ v
+    if relative is not None:
+      out = out + np.einsum("nhij,ijd->nhid", weights, relative[1])
+    out = out.transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], -1)
     return out @ w("output_transform")
+
+  def position_signal(self, length):
+    """T2T's `pos`: "timing" (default) adds the sinusoid; None (transformer_relative) nothing."""
+    if self.hp.get("pos", "timing") is None:
+      return 0.0
+    return timing_signal(length, self.d)
 
   def ffn(self, scope, x):
     h = np.maximum(x @ self.t[scope + "/conv1/kernel"] + self.t[scope + "/conv1/bias"], 0)
@@ -139,7 +169,7 @@ class T2TNumpyTransformer:
     bias = (inputs == 0)[:, None, None, :] * NEG
     if self.hp.get("use_target_space_embedding", True):
       x = x + self.t["transformer/body/target_space_embedding/kernel"][self.space]
-    x = x + timing_signal(inputs.shape[1], self.d)
+    x = x + self.position_signal(inputs.shape[1])
     for i in range(self._layers("encoder")):
       scope = f"transformer/body/encoder/layer_{i}"
       x = self.sublayer(f"{scope}/self_attention", x,
@@ -151,7 +181,7 @@ class T2TNumpyTransformer:
     """decoder_ids `[n, t]` (already shifted: 0 first) -> logits `[n, t, vocab]`."""
     decoder_ids = np.asarray(decoder_ids)
     length = decoder_ids.shape[1]
-    x = self.bottom(self.target_table, decoder_ids) + timing_signal(length, self.d)
+    x = self.bottom(self.target_table, decoder_ids) + self.position_signal(length)
     causal = np.triu(np.full([length, length], NEG), 1)[None, None]
     for i in range(self._layers("decoder")):
       scope = f"transformer/body/decoder/layer_{i}"

@@ -61,6 +61,9 @@ HPARAMS = [
     # Key and value depths differ from hidden_size; encoder and decoder depths differ.
     ("hidden_size=8,filter_size=20,num_heads=2,num_encoder_layers=1,num_decoder_layers=3,"
      "attention_key_channels=4,attention_value_channels=6"),
+    # Relative self-attention: its embedding matmuls count like the scores and mix.
+    ("hidden_size=8,filter_size=12,num_heads=2,num_encoder_layers=1,num_decoder_layers=2,"
+     "self_attention_type=dot_product_relative,max_relative_position=2"),
 ]
 
 
@@ -105,10 +108,11 @@ def test_forward_flops_hand_count():
   assert flops.training_flops(hp, 10, 1, 2, 3) == 6.0 * (enc + dec + softmax)
 
 
-def test_decode_flops_equal_graph_matmuls_of_encode_and_steps():
+@pytest.mark.parametrize("overrides", HPARAMS[1:])
+def test_decode_flops_equal_graph_matmuls_of_encode_and_steps(overrides):
   # decode_ids = encode + encoder-decoder keys/values once, then `steps` decode_steps
   # over batch * beam rows; all buffers keep one row per item, the history one per beam.
-  hp = create_hparams("transformer_base", HPARAMS[1])
+  hp = create_hparams("transformer_base", overrides)
   model = _model(hp)
   beam, steps = 3, 6
   inputs = _features()["inputs"]

@@ -47,7 +47,6 @@ ADAFACTOR = TRAIN + ",optimizer=adafactor"
 REFUSED = {
     HParams: [
         ("ffn_layer", "dense_relu_dense_gated", "only 'dense_relu_dense'"),
-        ("self_attention_type", "dot_product_relative", "only 'dot_product'"),
         ("norm_type", "batch", "only 'layer'"),
         ("weight_dtype", "bfloat16", "only 'float32'"),
     ],
@@ -227,6 +226,8 @@ PROBES = {
         "num_decoder_layers": ("", 2, observe_model),
         "attention_key_channels": ("", 8, observe_model),
         "attention_value_channels": ("", 8, observe_model),
+        "self_attention_type": ("", "dot_product_relative", observe_model),
+        "max_relative_position": ("self_attention_type=dot_product_relative", 3, observe_model),
         "layer_preprocess_sequence": ("", "none", observe_model),
         "layer_postprocess_sequence": ("", "dan", observe_model),
         "layer_prepostprocess_dropout": ("", 0.5, observe_model_training),

@@ -4,6 +4,14 @@ Faithful to `common_attention.multihead_attention` with `dot_product_attention`:
 q, k, v and output projections have no bias, q is scaled by
 `key_depth_per_head ** -0.5` before the matmul, dropout acts on the attention
 weights, and key and value depths may differ.
+
+With `max_relative_position > 0` it is T2T's `dot_product_attention_relative`
+(Shaw et al. 2018, for self-attention): learned embeddings of the clipped
+distance `clip(key_position - query_position, -max, max)`, one table for keys
+and one for values (`[2 * max + 1, depth / heads]`, shared by the heads), add
+`q · key_embedding(distance)` to each logit and `sum(weight · value_embedding)`
+to each output. Cached decoding (`attend_step`) gives the query of step `t`
+the distances of keys `0..t` to `t`, as the full call does.
 """
 
 from __future__ import annotations
@@ -106,6 +114,22 @@ def _ungroup_rows(x: tf.Tensor, group) -> tf.Tensor:
   return tf.reshape(x, [shape[0] * group, shape[1], shape[2] // group, shape[3]])
 
 
+def relative_positions(query_positions: tf.Tensor, key_positions: tf.Tensor,
+                       max_relative_position: int) -> tf.Tensor:
+  """Embedding rows of clipped relative distances (T2T `_generate_relative_positions_matrix`).
+
+  Args:
+    query_positions: int32 `[length_q]`; key_positions: int32 `[length_k]`.
+    max_relative_position: distances are clipped to +-this.
+  Returns:
+    int32 `[length_q, length_k]`: `clip(key - query, -max, max) + max`, in
+    `[0, 2 * max]`.
+  """
+  distance = key_positions[None, :] - query_positions[:, None]
+  m = max_relative_position
+  return tf.clip_by_value(distance, -m, m) + m
+
+
 def attention_bias_visible(visible: tf.Tensor) -> tf.Tensor:
   """Bias from a bool mask broadcastable to `[batch, heads, length_q, length_kv]`:
   float32, 0 where True (attended), -1e9 where False."""
@@ -123,6 +147,8 @@ class MultiHeadAttention(keras.layers.Layer):
     attention_dropout: dropout rate on the attention weights.
     initializer / initializer_gain: T2T's kernel initializer name and gain (see
       `initializers.get_variable_initializer`).
+    max_relative_position: > 0 makes it relative self-attention (see the
+      module docstring; needs key_channels == value_channels); 0: plain.
 
   Call arguments:
     query_antecedent: `[batch, length_q, depth]`.
@@ -143,8 +169,13 @@ class MultiHeadAttention(keras.layers.Layer):
   def __init__(self, key_channels: int, value_channels: int, output_depth: int,
                num_heads: int, attention_dropout: float = 0.0,
                initializer: str = "uniform_unit_scaling", initializer_gain: float = 1.0,
-               **kwargs):
+               max_relative_position: int = 0, **kwargs):
     super().__init__(**kwargs)
+    if max_relative_position < 0:
+      raise ValueError(f"max_relative_position must be >= 0, got {max_relative_position}.")
+    if max_relative_position and key_channels != value_channels:
+      raise ValueError("relative attention needs key_channels == value_channels, got "
+                       f"{key_channels} and {value_channels}.")
     for name, value in (("key_channels", key_channels), ("value_channels", value_channels)):
       if value % num_heads:
         raise ValueError(f"{name}={value} must be divisible by num_heads={num_heads}.")
@@ -153,6 +184,7 @@ class MultiHeadAttention(keras.layers.Layer):
     self.output_depth, self.num_heads = output_depth, num_heads
     self.attention_dropout = attention_dropout
     self.initializer, self.initializer_gain = initializer, initializer_gain
+    self.max_relative_position = max_relative_position
 
   def build(self, query_antecedent_shape, memory_antecedent_shape=None):
     query_shape, memory_shape = query_antecedent_shape, memory_antecedent_shape
@@ -170,6 +202,14 @@ class MultiHeadAttention(keras.layers.Layer):
     self.v.build(memory_shape)
     self.output_transform.build(tuple(query_shape[:-1]) + (self.value_channels,))
     self.dropout = Dropout(self.attention_dropout, dtype=self.dtype_policy)
+    self.relative_keys = self.relative_values = None
+    if self.max_relative_position:
+      table = lambda name: self.add_weight(
+          name=name, shape=(2 * self.max_relative_position + 1,
+                            self.key_channels // self.num_heads),
+          initializer=get_variable_initializer(self.initializer, self.initializer_gain))
+      self.relative_keys = table("relative_positions_keys")
+      self.relative_values = table("relative_positions_values")
 
   def compute_memory_kv(self, memory: tf.Tensor) -> KeyValue:
     """Keys and values of `memory` `[batch, len, depth]`, split into heads."""
@@ -179,27 +219,55 @@ class MultiHeadAttention(keras.layers.Layer):
   def _queries(self, query_antecedent: tf.Tensor) -> tf.Tensor:
     return split_heads(self.q(query_antecedent), self.num_heads)
 
-  def _attention_weights(self, q, k, bias):
-    """softmax(q·kᵀ·depth^-0.5 + bias): `[batch, heads, length_q, length_kv]`."""
+  def _relative(self, table, rows: tf.Tensor, dtype) -> tf.Tensor:
+    """Rows `[length_q or 1, length_k]` of a relative table: `[..., depth / heads]`."""
+    return tf.gather(tf.cast(table, dtype), rows)
+
+  def _attention_weights(self, q, k, bias, relative_rows=None):
+    """softmax(q·kᵀ·depth^-0.5 + bias): `[batch, heads, length_q, length_kv]`.
+
+    relative_rows (relative attention): `[length_q, length_kv]` table rows, or
+    `[1, length_kv]` shared by every query (T2T `_relative_attention_inner`).
+    """
     q *= tf.cast((self.key_channels // self.num_heads) ** -0.5, q.dtype)
+    logits = tf.matmul(q, k, transpose_b=True)
+    if relative_rows is not None:
+      logits += _relative_matmul(q, self._relative(self.relative_keys, relative_rows, q.dtype),
+                                 transpose=True)
     # Bias and softmax in float32, whatever the compute dtype: -1e9 then stays
     # finite for float16 and bfloat16 exp sums keep their precision.
-    logits = tf.cast(tf.matmul(q, k, transpose_b=True), tf.float32)
+    logits = tf.cast(logits, tf.float32)
     if bias is not None:
       logits += tf.cast(bias, tf.float32)
     return tf.cast(tf.nn.softmax(logits), q.dtype)
+
+  def _context(self, weights, v, relative_rows=None):
+    """weights·v, plus the relative value embeddings weighted alike."""
+    context = tf.matmul(weights, v)
+    if relative_rows is not None:
+      context += _relative_matmul(
+          weights, self._relative(self.relative_values, relative_rows, weights.dtype),
+          transpose=False)
+    return context
 
   def call(self, query_antecedent, memory_antecedent=None, bias=None, training=None,
            return_attention_scores=False):
     q = self._queries(query_antecedent)
     source = query_antecedent if memory_antecedent is None else memory_antecedent
     k, v = self.compute_memory_kv(source)
-    weights = self._attention_weights(q, k, bias)
-    context = tf.matmul(self.dropout(weights, training=training), v)
+    rows = None
+    if self.max_relative_position:
+      if memory_antecedent is not None:
+        raise ValueError("relative attention is self-attention: memory_antecedent must be None.")
+      positions = tf.range(tf.shape(q)[2])
+      rows = relative_positions(positions, positions, self.max_relative_position)
+    weights = self._attention_weights(q, k, bias, rows)
+    context = self._context(self.dropout(weights, training=training), v, rows)
     x = self.output_transform(combine_heads(context))
     return (x, weights) if return_attention_scores else x
 
-  def attend(self, query_antecedent: tf.Tensor, keys_values: KeyValue, bias) -> tf.Tensor:
+  def attend(self, query_antecedent: tf.Tensor, keys_values: KeyValue, bias,
+             relative_rows=None) -> tf.Tensor:
     """Decoding rows attending to precomputed keys and values (no dropout).
 
     Args:
@@ -208,6 +276,8 @@ class MultiHeadAttention(keras.layers.Layer):
         search, else 1) attends to its item's keys and values.
       keys_values: `KeyValue` with `items` rows.
       bias: `[items, 1, group * length_q or 1, length_kv]`, queries group-major.
+      relative_rows: relative attention only: int32 `[1, length_kv]`, the
+        relative-table rows of every query's keys (one query position).
 
     Returns:
       `[rows, length_q, output_depth]`.
@@ -217,8 +287,9 @@ class MultiHeadAttention(keras.layers.Layer):
     # `group * length_q` queries of one row instead of reading `group` tiled
     # (or reordered) copies of it.
     group = tf.shape(q)[0] // tf.shape(keys_values.k)[0]
-    weights = self._attention_weights(_group_rows(q, group), keys_values.k, bias)
-    context = _ungroup_rows(tf.matmul(weights, keys_values.v), group)
+    weights = self._attention_weights(_group_rows(q, group), keys_values.k, bias,
+                                      relative_rows)
+    context = _ungroup_rows(self._context(weights, keys_values.v, relative_rows), group)
     return self.output_transform(combine_heads(context))
 
   def attend_step(self, query_antecedent: tf.Tensor, buffers: KeyValue, index,
@@ -244,7 +315,12 @@ class MultiHeadAttention(keras.layers.Layer):
     group = tf.shape(query_antecedent)[0] // tf.shape(buffers.k)[0]
     k, v, bias = written_prefix(buffers.k, buffers.v, bias, (tf.cast(index, tf.int32) + 1) * group)
     visible = KeyValue(k, v)
-    return self.attend(query_antecedent, visible, bias), buffers
+    rows = None
+    if self.max_relative_position:  # Buffer position p holds step p // group.
+      key_steps = tf.range(tf.shape(k)[2]) // group
+      rows = relative_positions(tf.reshape(tf.cast(index, tf.int32), [1]), key_steps,
+                                self.max_relative_position)
+    return self.attend(query_antecedent, visible, bias, rows), buffers
 
   def compute_output_shape(self, query_antecedent_shape, memory_antecedent_shape=None):
     return tuple(query_antecedent_shape[:-1]) + (self.output_depth,)
@@ -254,5 +330,26 @@ class MultiHeadAttention(keras.layers.Layer):
     config.update(key_channels=self.key_channels, value_channels=self.value_channels,
                   output_depth=self.output_depth, num_heads=self.num_heads,
                   attention_dropout=self.attention_dropout, initializer=self.initializer,
-                  initializer_gain=self.initializer_gain)
+                  initializer_gain=self.initializer_gain,
+                  max_relative_position=self.max_relative_position)
     return config
+
+
+def _relative_matmul(x: tf.Tensor, embeddings: tf.Tensor, transpose: bool) -> tf.Tensor:
+  """The relative term of T2T's `_relative_attention_inner`.
+
+  Args:
+    x: `[batch, heads, length_q, depth or length_k]`.
+    embeddings: `[length_q or 1, length_k, depth]` (1: the same for every query).
+    transpose: x has depth (logits: x·eᵀ) rather than length_k (context: x·e).
+  Returns:
+    `[batch, heads, length_q, length_k or depth]`.
+  """
+  if embeddings.shape[0] == 1:  # One matrix for all rows: a plain matmul.
+    return tf.matmul(x, embeddings[0], transpose_b=transpose)
+  # One matmul per query position, batch and heads as its rows (as T2T does).
+  shape = tf.shape(x)
+  rows = tf.reshape(tf.transpose(x, [2, 0, 1, 3]), [shape[2], shape[0] * shape[1], shape[3]])
+  out = tf.matmul(rows, tf.cast(embeddings, x.dtype), transpose_b=transpose)
+  out = tf.reshape(out, [shape[2], shape[0], shape[1], tf.shape(out)[2]])
+  return tf.transpose(out, [1, 2, 0, 3])

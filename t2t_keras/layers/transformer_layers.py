@@ -57,9 +57,17 @@ def _prepost_pair(hp: HParams, name: str, dtype_policy, input_shape):
 
 
 def _attention(hp: HParams, name: str, dtype_policy) -> MultiHeadAttention:
+  """The attention sublayer `name`; self-attention is of `hp.self_attention_type`.
+
+  As in T2T's transformer_encoder / transformer_decoder, encoder-decoder
+  attention is always plain dot-product attention.
+  """
+  relative = name == "self_attention" and hp.self_attention_type == "dot_product_relative"
   return MultiHeadAttention(hp.key_channels, hp.value_channels, hp.hidden_size,
                             hp.num_heads, hp.attention_dropout, hp.initializer,
-                            hp.initializer_gain, name=name, dtype=dtype_policy)
+                            hp.initializer_gain,
+                            max_relative_position=hp.max_relative_position if relative else 0,
+                            name=name, dtype=dtype_policy)
 
 
 def _ffn(hp: HParams, dtype_policy) -> DenseReluDense:

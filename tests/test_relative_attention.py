@@ -1,0 +1,144 @@
+"""Relative self-attention (T2T's `dot_product_relative`): T2T's numbers, cached decoding.
+
+Expectations: `tests/t2t_numpy_model.py` (NumPy from T2T's
+`_generate_relative_positions_matrix` and `_relative_attention_inner`, reading
+T2T's variable names) for the forward pass; the uncached decoder (which re-runs
+the full relative attention over the prefix) for cached decoding. Sequences are
+longer than `max_relative_position`, so the clipped distances are exercised.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_keras import decoding, t2t_import
+from t2t_keras.hparams import HParams, create_decode_hparams, create_hparams
+from t2t_keras.model import Transformer
+from tests.t2t_numpy_model import T2TNumpyTransformer
+from tests.test_t2t_import import BASE, _assert_close, _t2t_tensors, _write_t2t_checkpoint
+
+MAX = 2  # max_relative_position: far shorter than the sequences below
+RELATIVE = {"self_attention_type": "dot_product_relative", "max_relative_position": MAX,
+            "pos": None}
+
+
+def _relative_tensors(hp_t2t, rng):
+  """T2T-named tensors of a relative model: `_t2t_tensors` plus both tables per self-attention."""
+  tensors = _t2t_tensors(hp_t2t, 20, 20, rng)
+  depth = hp_t2t["hidden_size"] // hp_t2t["num_heads"]
+  for name in list(tensors):
+    if name.endswith("/self_attention/multihead_attention/q/kernel"):
+      scope = name[:-len("q/kernel")] + "dot_product_attention_relative"
+      for kind in ("keys", "values"):
+        tensors[f"{scope}/relative_positions_{kind}/embeddings"] = rng.normal(
+            size=(2 * MAX + 1, depth))
+  return tensors
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_t2t_relative_checkpoint_imports_and_equals_numpy(tmp_path, norm):
+  hp_t2t = dict(BASE, **RELATIVE)
+  if norm == "post":
+    hp_t2t.update(layer_preprocess_sequence="none", layer_postprocess_sequence="dan")
+  tensors = _relative_tensors(hp_t2t, np.random.default_rng(0))
+  assert sum("relative_positions" in n for n in tensors) == 2 * 3  # 2 encoder + 1 decoder layers
+  path = _write_t2t_checkpoint(str(tmp_path / "model.ckpt"), tensors)
+  hp = t2t_import.hparams_from_t2t(hp_t2t)
+  assert (hp.self_attention_type, hp.max_relative_position, hp.pos) == (
+      "dot_product_relative", MAX, "none")
+  model = Transformer(hp, 20, 20, target_space_id=3)
+  model.build()
+  assert t2t_import.load_t2t_weights(model, path)["assigned"] == len(tensors)
+  rng = np.random.default_rng(1)
+  inputs = rng.integers(2, 20, size=(2, 7))
+  inputs[1, 5:] = 0
+  targets = rng.integers(2, 20, size=(2, 6))
+  targets[0, 4:] = 0
+  got = model({"inputs": inputs, "targets": targets}, training=False).numpy()
+  want = T2TNumpyTransformer(path, hp_t2t, 3).logits(inputs, targets)
+  _assert_close(got, want, rtol=1e-5)
+  # The tables matter: without them the same weights give other logits.
+  plain = T2TNumpyTransformer(path, dict(hp_t2t, self_attention_type="dot_product"), 3)
+  assert np.abs(plain.logits(inputs, targets) - want).max() > 1e-2 * np.abs(want).max()
+
+
+def test_checkpoint_without_relative_tables_is_refused(tmp_path):
+  hp_t2t = dict(BASE, **RELATIVE)
+  tensors = _t2t_tensors(hp_t2t, 20, 20, np.random.default_rng(0))
+  path = _write_t2t_checkpoint(str(tmp_path / "model.ckpt"), tensors)
+  model = Transformer(t2t_import.hparams_from_t2t(hp_t2t), 20, 20)
+  model.build()
+  with pytest.raises(ValueError, match="relative_positions_keys/embeddings"):
+    t2t_import.load_t2t_weights(model, path)
+
+
+def test_hparams_refuse_relative_without_distance_or_with_unequal_depths():
+  with pytest.raises(ValueError, match="max_relative_position must be > 0"):
+    HParams(self_attention_type="dot_product_relative", max_relative_position=0)
+  with pytest.raises(ValueError, match="equal key and value depths"):
+    HParams(self_attention_type="dot_product_relative", attention_value_channels=256)
+  with pytest.raises(ValueError, match="self_attention_type must be one of"):
+    HParams(self_attention_type="dot_product_unmasked_relative_v2")
+
+
+def _relative_model():
+  tf.keras.utils.set_random_seed(1)
+  hp = create_hparams("transformer_tiny", "num_hidden_layers=2,self_attention_type="
+                      f"dot_product_relative,max_relative_position={MAX},pos=none")
+  model = Transformer(hp, 30, target_space_id=2)
+  model.build()
+  return model
+
+
+def _inputs(seed, lengths):
+  rng = np.random.default_rng(seed)
+  rows = [list(rng.integers(2, 30, size=n - 1)) + [1] for n in lengths]
+  return np.array([r + [0] * (max(lengths) - len(r)) for r in rows], np.int32)
+
+
+@pytest.fixture(scope="module")
+def model():
+  return _relative_model()
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_cached_equals_uncached(model, beam):
+  x = tf.constant(_inputs(0, [5, 3, 7]))
+  dhp = create_decode_hparams(f"beam_size={beam},extra_length=6")
+  fast = decoding.make_decode_fn(model, dhp, use_cache=True)(x)
+  slow = decoding.make_decode_fn(model, dhp, use_cache=False)(x)
+  np.testing.assert_array_equal(fast[0].numpy(), slow[0].numpy())
+  np.testing.assert_allclose(fast[1].numpy(), slow[1].numpy(), atol=1e-5)
+  assert fast[0].shape[-1] > MAX + 1  # decoded past the clipping distance
+
+
+def test_cached_logits_equal_recomputation_each_step(model):
+  x = _inputs(1, [6, 4])
+  enc, bias = model.encode(x)
+  slow_state = decoding.initial_state(model, enc, bias, 8, use_cache=False)
+  fast_state = model.init_decoding_state(enc, bias, 8)
+  ids = np.zeros([2, 9], np.int32)
+  fast_fn = decoding.make_symbols_to_logits_fn(model, True)
+  slow_fn = decoding.make_symbols_to_logits_fn(model, False)
+  for i in range(8):
+    fast, fast_state = fast_fn(tf.constant(ids), i, fast_state)
+    slow, _ = slow_fn(tf.constant(ids), i, slow_state)
+    np.testing.assert_allclose(fast.numpy(), slow.numpy(), atol=1e-5)
+    ids[:, i + 1] = np.argmax(fast.numpy(), -1)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_batch_equals_alone_and_xla_equals_default(model, beam):
+  x = _inputs(3, [7, 3, 5])
+  dhp = create_decode_hparams(f"beam_size={beam},extra_length=4")
+  fn = decoding.make_decode_fn(model, dhp)
+  batch_ids, batch_scores = fn(tf.constant(x))
+  for row in range(len(x)):
+    length = int(np.count_nonzero(x[row]))
+    alone_ids, alone_scores = fn(tf.constant(x[row:row + 1, :length]))
+    width = alone_ids.shape[1]
+    np.testing.assert_array_equal(batch_ids[row].numpy()[:width], alone_ids[0].numpy())
+    np.testing.assert_allclose(batch_scores[row], alone_scores[0], atol=1e-4)
+  xla_ids, xla_scores = decoding.make_decode_fn(model, dhp, jit_compile=True)(tf.constant(x))
+  np.testing.assert_array_equal(batch_ids.numpy(), xla_ids.numpy())
+  np.testing.assert_allclose(batch_scores.numpy(), xla_scores.numpy(), atol=1e-4)
