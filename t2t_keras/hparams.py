@@ -96,7 +96,7 @@ class HParams(_Fields):
   self_attention_type: str = "dot_product"  # or "dot_product_relative" (Shaw et al. 2018)
   # Relative attention: distances clipped to +-this get their own learned key and
   # value embeddings (T2T's transformer_relative: 20; read only by the relative type).
-  max_relative_position: int = 20
+  max_relative_position: int = 0  # dot_product_relative: distances clipped to +-this.
   # Residual blocks, normalization, dropout.
   layer_preprocess_sequence: str = "none"
   layer_postprocess_sequence: str = "dan"
@@ -684,6 +684,25 @@ def transformer_fairseq_fp16_activation_big() -> HParams:
   return transformer_big().replace(activation_dtype="float16", batch_size=3584)
 
 
+@register
+def transformer_relative() -> HParams:
+  """Shaw et al. 2018: self-attention on clipped relative positions, no sinusoid."""
+  return transformer_base().replace(pos="none", self_attention_type="dot_product_relative",
+                                    max_relative_position=20)
+
+
+@register
+def transformer_relative_tiny() -> HParams:
+  return transformer_relative().replace(num_hidden_layers=2, hidden_size=128, filter_size=512,
+                                        num_heads=4)
+
+
+@register
+def transformer_relative_big() -> HParams:
+  return transformer_big().replace(pos="none", self_attention_type="dot_product_relative",
+                                   max_relative_position=20)
+
+
 # T2T's transformer.py sets not built here, refused by name: set -> why.
 _MOE = "mixture-of-experts / VQ-gated feed-forward layers (ffn_layer=local_moe) are not implemented"
 _TALL = ("language-model 'tall' pre-training and multi-problem mixing (multiproblem_*) are "
@@ -734,8 +753,6 @@ REFUSED_HPARAMS_SETS: Dict[str, str] = {
 # Sets refused until features being implemented land: set -> the missing feature.
 _ADAFACTOR_TPU = f"T2T's Adafactor and {_BROADCAST_DIMS}"
 PENDING_HPARAMS_SETS: Dict[str, str] = {
-    **{name: "relative attention" for name in (
-        "transformer_relative", "transformer_relative_tiny", "transformer_relative_big")},
     **{name: "T2T's Adafactor" for name in (
         "transformer_cubbitt", "transformer_ada_lmpackedbase",
         "transformer_ada_lmpackedbase_dialog",
