@@ -76,7 +76,8 @@ def test_hparams_refuse_relative_without_distance_or_with_unequal_depths():
   with pytest.raises(ValueError, match="max_relative_position must be > 0"):
     HParams(self_attention_type="dot_product_relative", max_relative_position=0)
   with pytest.raises(ValueError, match="equal key and value depths"):
-    HParams(self_attention_type="dot_product_relative", attention_value_channels=256)
+    HParams(self_attention_type="dot_product_relative", max_relative_position=20,
+            attention_value_channels=256)
   with pytest.raises(ValueError, match="self_attention_type must be one of"):
     HParams(self_attention_type="dot_product_unmasked_relative_v2")
 
