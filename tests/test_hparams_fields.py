@@ -226,8 +226,10 @@ PROBES = {
         "num_decoder_layers": ("", 2, observe_model),
         "attention_key_channels": ("", 8, observe_model),
         "attention_value_channels": ("", 8, observe_model),
-        "self_attention_type": ("", "dot_product_relative", observe_model),
-        "max_relative_position": ("self_attention_type=dot_product_relative", 3, observe_model),
+        "self_attention_type": ("max_relative_position=3", "dot_product_relative",
+                                observe_model),
+        "max_relative_position": ("self_attention_type=dot_product_relative,"
+                                  "max_relative_position=2", 3, observe_model),
         "layer_preprocess_sequence": ("", "none", observe_model),
         "layer_postprocess_sequence": ("", "dan", observe_model),
         "layer_prepostprocess_dropout": ("", 0.5, observe_model_training),
