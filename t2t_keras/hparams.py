@@ -57,6 +57,10 @@ MIXED_PRECISION_OF_ACTIVATION_DTYPE = {"float32": "none", "bfloat16": "bfloat16"
 # Every optimizer name accepted: T2T's Adam ones and its Adafactor (adafactor.T2TAdafactor).
 OPTIMIZERS = ADAM_OPTIMIZERS + ("adafactor",)
 ADAFACTOR_DECAY_TYPES = ("pow", "adam")
+# Broadcast-dims fields -> the rank of the tensor whose dropout they shape.
+DROPOUT_BROADCAST_DIMS_RANKS = {"layer_prepostprocess_dropout_broadcast_dims": 3,
+                                "attention_dropout_broadcast_dims": 4,
+                                "relu_dropout_broadcast_dims": 3}
 # DecodeHParams fields that T2T kept in its model hparams (`--hparams=sampling_method=random`).
 DECODE_FIELDS_IN_HPARAMS = ("sampling_method", "sampling_temp", "sampling_keep_top_k")
 
@@ -103,6 +107,12 @@ class HParams(_Fields):
   layer_prepostprocess_dropout: float = 0.1
   attention_dropout: float = 0.0
   relu_dropout: float = 0.0
+  # Dims along which a dropout mask is shared (T2T's comma-separated lists, "" none):
+  # of the residual-block tensors [batch, length, depth], the attention weights
+  # [batch, heads, length_q, length_kv] and the FFN hidden [batch, length, filter].
+  layer_prepostprocess_dropout_broadcast_dims: str = ""
+  attention_dropout_broadcast_dims: str = ""
+  relu_dropout_broadcast_dims: str = ""
   norm_type: str = "layer"
   norm_epsilon: float = 1e-6
   # Embeddings and positions.
@@ -169,6 +179,8 @@ class HParams(_Fields):
       value = getattr(self, name)
       if not 0.0 <= value < 1.0:
         raise ValueError(f"hparams.{name} must be in [0, 1), got {value!r}.")
+    for name, rank in DROPOUT_BROADCAST_DIMS_RANKS.items():
+      broadcast_dims(getattr(self, name), rank, name)
     if self.pos not in POS_CHOICES:
       raise ValueError(f"hparams.pos must be one of {POS_CHOICES}, got {self.pos!r}.")
     _check_sequence("layer_preprocess_sequence", self.layer_preprocess_sequence,
@@ -351,7 +363,9 @@ def split_decode_fields(values: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[st
 # ---------------------------------------------------------------------------
 # Override parsing (T2T's `HParams.parse` syntax: comma-separated name=value).
 
-_OVERRIDE_RE = re.compile(r"\s*(?P<name>[A-Za-z_]\w*)\s*=\s*(?P<value>[^,]*)\s*(?:,|$)")
+# A quoted value may hold commas: attention_dropout_broadcast_dims='0,1'.
+_OVERRIDE_RE = re.compile(
+    r"\s*(?P<name>[A-Za-z_]\w*)\s*=\s*(?P<value>'[^']*'|\"[^\"]*\"|[^,]*)\s*(?:,|$)")
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
 
@@ -429,6 +443,32 @@ def parse_overrides(cls, overrides: str) -> Dict[str, Any]:
     values[name] = _convert(cls, name, match.group("value"), types[name])
     pos = match.end()
   return values
+
+
+def broadcast_dims(text: str, rank: int, name: str = "broadcast_dims") -> Tuple[int, ...]:
+  """The sorted dims in [0, rank) of a T2T broadcast-dims string such as "0,1".
+
+  As T2T's `comma_separated_string_to_integer_list` and
+  `dropout_with_broadcast_dims`: empty items are skipped and a negative dim
+  counts from the end ("-1" is the last).
+
+  Raises:
+    ValueError: an item is not an integer or is outside [-rank, rank).
+  """
+  dims = set()
+  for item in text.split(","):
+    if not item.strip():
+      continue
+    try:
+      dim = int(item)
+    except ValueError:
+      raise ValueError(f"hparams.{name} must be comma-separated integers such as '0,1', "
+                       f"got {text!r}.") from None
+    if not -rank <= dim < rank:
+      raise ValueError(f"hparams.{name}={text!r}: dim {dim} is outside [{-rank}, {rank}) "
+                       f"(its dropout acts on rank-{rank} tensors).")
+    dims.add(dim % rank)
+  return tuple(sorted(dims))
 
 
 def _check_positive(hp: HParams, names) -> None:
@@ -703,15 +743,85 @@ def transformer_relative_big() -> HParams:
                                    max_relative_position=20)
 
 
+@register
+def transformer_cubbitt() -> HParams:
+  """CUBBITT (Popel et al. 2020): transformer_big_single_gpu with Adafactor."""
+  return transformer_big_single_gpu().replace(
+      learning_rate_schedule="rsqrt_decay", batch_size=2900, learning_rate_warmup_steps=8000,
+      max_length=150, layer_prepostprocess_dropout=0.0, optimizer="Adafactor")
+
+
+# Dropout masks shared over attention's batch and heads and over the length of
+# the [batch, length, depth] tensors: T2T's memory saving on TPUs.
+_BROADCAST_DROPOUT = dict(attention_dropout_broadcast_dims="0,1",
+                          relu_dropout_broadcast_dims="1",
+                          layer_prepostprocess_dropout_broadcast_dims="1")
+
+
+def _for_tpu(hp: HParams) -> HParams:
+  """T2T's `update_hparams_for_tpu`: Adafactor with rsqrt_decay (warmup 10000), one
+  embedding shard, max_length 64, batch_size at most 2048, `_BROADCAST_DROPOUT`."""
+  return hp.replace(optimizer="Adafactor", learning_rate_schedule="rsqrt_decay",
+                    learning_rate_warmup_steps=10000, symbol_modality_num_shards=1,
+                    max_length=64, batch_size=min(hp.batch_size, 2048), **_BROADCAST_DROPOUT)
+
+
+@register
+def transformer_tpu() -> HParams:
+  return _for_tpu(transformer_base())
+
+
+@register
+def transformer_packed_tpu() -> HParams:
+  """T2T's deprecated alias of transformer_tpu."""
+  return transformer_tpu()
+
+
+@register
+def transformer_tpu_bf16_activation() -> HParams:
+  return transformer_tpu().replace(activation_dtype="bfloat16")
+
+
+@register
+def transformer_big_tpu() -> HParams:
+  return _for_tpu(transformer_big())
+
+
+@register
+def transformer_tiny_tpu() -> HParams:
+  return _for_tpu(transformer_tiny())
+
+
+@register
+def transformer_small_tpu() -> HParams:
+  return _for_tpu(transformer_small())
+
+
+@register
+def transformer_clean_big_tpu() -> HParams:
+  return _for_tpu(transformer_clean_big())
+
+
+@register
+def transformer_big_enfr_tpu() -> HParams:
+  return _for_tpu(transformer_big_enfr().replace(num_heads=8))
+
+
+@register
+def transformer_mlperf_tpu() -> HParams:
+  """T2T's MLPerf set; its mlperf_mode only switched on MLPerf compliance logging."""
+  return transformer_base_v3().replace(
+      symbol_modality_num_shards=1, max_length=256, batch_size=2048, hidden_size=1024,
+      filter_size=4096, num_heads=16, **_BROADCAST_DROPOUT)
+
+
 # T2T's transformer.py sets not built here, refused by name: set -> why.
 _MOE = "mixture-of-experts / VQ-gated feed-forward layers (ffn_layer=local_moe) are not implemented"
 _TALL = ("language-model 'tall' pre-training and multi-problem mixing (multiproblem_*) are "
          "not implemented")
-_BROADCAST_DIMS = ("dropout masks broadcast over dims "
-                   "(attention/relu/layer_prepostprocess_dropout_broadcast_dims)")
-_BROADCAST = f"{_BROADCAST_DIMS} are not implemented"
+_LM = "language models (targets only, no inputs) are not implemented"
 _AUDIO = "audio inputs are not implemented"
-_MEMORY = "Transformer-XL memory (memory_type) and relative attention are not implemented"
+_MEMORY = f"Transformer-XL memory (memory_type, split_targets_*) is not implemented; {_LM}"
 REFUSED_HPARAMS_SETS: Dict[str, str] = {
     **{name: _MOE for name in (
         "transformer_base_vq_ada_32ex_packed", "transformer_topk_16_packed",
@@ -731,11 +841,16 @@ REFUSED_HPARAMS_SETS: Dict[str, str] = {
        for name in ("transformer_prepend_v2", "transformer_prepend_v1", "transformer_prepend")},
     **{name: "time-series inputs are not implemented"
        for name in ("transformer_timeseries", "transformer_timeseries_tpu")},
-    "transformer_mlperf_tpu": f"{_BROADCAST}; neither is MLPerf logging (mlperf_mode)",
     "transformer_tpu_with_conv": ("convolutional feed-forward layers (ffn_layer=conv_relu_conv) "
                                   "are not implemented"),
-    "transformer_lm_tpu_0": f"language models (no inputs) are not implemented; {_BROADCAST}",
-    "transformer_lm_tpu_1": f"language models (no inputs) are not implemented; {_BROADCAST}",
+    **{name: f"a language-model set (T2T's languagemodel_lm1b8k): {_LM}"
+       for name in ("transformer_lm_tpu_0", "transformer_lm_tpu_1")},
+    "transformer_wikitext103_l4k_v0": f"a language-model set (T2T's "
+                                      f"languagemodel_wikitext103_l4k): {_LM}",
+    **{name: ("a language-model set on packed examples (T2T's languagemodel_lm1b32k_packed): "
+              f"{_LM}, nor are packed datasets (several examples per row)")
+       for name in ("transformer_ada_lmpackedbase", "transformer_ada_lmpackedbase_dialog",
+                    "transformer_ada_lmpackedbase_relative")},
     **{name: _AUDIO for name in (
         "transformer_librispeech_v1", "transformer_librispeech_v2",
         "transformer_librispeech_tpu_v1", "transformer_librispeech_tpu_v2",
@@ -750,26 +865,10 @@ REFUSED_HPARAMS_SETS: Dict[str, str] = {
     "transformer_cifar10_memory_v0": f"image inputs are not implemented; {_MEMORY}",
     "transformer_imagenet64_memory_v0": f"image inputs are not implemented; {_MEMORY}",
 }
-# Sets refused until features being implemented land: set -> the missing feature.
-_ADAFACTOR_TPU = f"T2T's Adafactor and {_BROADCAST_DIMS}"
-PENDING_HPARAMS_SETS: Dict[str, str] = {
-    **{name: "T2T's Adafactor" for name in (
-        "transformer_cubbitt", "transformer_ada_lmpackedbase",
-        "transformer_ada_lmpackedbase_dialog",
-        "transformer_ada_lmpackedbase_relative")},
-    **{name: _ADAFACTOR_TPU for name in (
-        "transformer_big_enfr_tpu", "transformer_tpu", "transformer_tpu_bf16_activation",
-        "transformer_packed_tpu", "transformer_big_tpu", "transformer_tiny_tpu",
-        "transformer_small_tpu", "transformer_clean_big_tpu", "transformer_wikitext103_l4k_v0")},
-}
-
-
 def refusal(hparams_set: str) -> str:
   """Why T2T's set `hparams_set` is not built here; "" for a set that is not refused."""
   if hparams_set in REFUSED_HPARAMS_SETS:
     return f"{hparams_set}: {REFUSED_HPARAMS_SETS[hparams_set]}."
-  if hparams_set in PENDING_HPARAMS_SETS:
-    return f"{hparams_set}: needs {PENDING_HPARAMS_SETS[hparams_set]}; not implemented yet."
   return ""
 
 

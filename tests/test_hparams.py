@@ -110,10 +110,28 @@ def test_overrides_typed():
     ("sampling_method=beam", "sampling_method must be 'argmax' or 'random'"),
     ("sampling_temp=-1", "sampling_temp must be >= 0"),
     ("sampling_keep_top_k=0", "sampling_keep_top_k must be -1"),
+    ("relu_dropout_broadcast_dims=3", r"relu_dropout_broadcast_dims='3': dim 3 is outside "
+     r"\[-3, 3\)"),
+    ("attention_dropout_broadcast_dims='0,-5'", r"dim -5 is outside \[-4, 4\)"),
+    ("layer_prepostprocess_dropout_broadcast_dims=length",
+     "layer_prepostprocess_dropout_broadcast_dims must be comma-separated integers"),
 ])
 def test_bad_overrides_name_the_problem(overrides, message):
   with pytest.raises(ValueError, match=message):
     hp_lib.create_hparams("transformer_base", overrides)
+
+
+def test_broadcast_dims_read_as_t2t_reads_them():
+  # T2T: comma-separated ints, empty items skipped, negative dims from the end.
+  assert hp_lib.broadcast_dims("", 3) == ()
+  assert hp_lib.broadcast_dims("1", 3) == (1,)
+  assert hp_lib.broadcast_dims("1,0,", 4) == (0, 1)
+  assert hp_lib.broadcast_dims("-1", 3) == (2,)
+  # A quoted override value may hold the commas T2T's lists need.
+  hp = hp_lib.HParams().parse("attention_dropout_broadcast_dims='0,1',num_heads=4,"
+                              'relu_dropout_broadcast_dims="1"')
+  assert (hp.attention_dropout_broadcast_dims, hp.num_heads) == ("0,1", 4)
+  assert hp.relu_dropout_broadcast_dims == "1"
 
 
 def test_unknown_set_lists_valid_sets():

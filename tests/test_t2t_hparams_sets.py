@@ -32,7 +32,10 @@ KINDS = {f.name: {"int": int, "float": float, "bool": bool, "str": str}[f.type]
 
 def same_value(kind, ours, theirs) -> bool:
   """T2T's value equals ours as T2T's typed HParams would hold it (an int given for
-  a float field is that float; bools are not ints)."""
+  a float field is that float; bools are not ints). T2T's pos=None (no position
+  signal, as the relative sets set it) is our pos="none"."""
+  if kind is str and theirs is None:
+    return ours == "none"
   if kind is float:
     return (isinstance(theirs, (int, float)) and not isinstance(theirs, bool) and
             float(theirs) == ours)
@@ -54,9 +57,8 @@ def test_the_extraction_covers_every_set_t2t_registers():
 def test_every_t2t_set_is_built_or_refused_never_unknown():
   built = set(hp_lib.list_hparams_sets())
   refused = set(hp_lib.REFUSED_HPARAMS_SETS)
-  pending = set(hp_lib.PENDING_HPARAMS_SETS)
-  assert not (built & refused) and not (built & pending) and not (refused & pending)
-  assert set(T2T_SETS) == (built - OURS_ONLY) | refused | pending
+  assert not built & refused
+  assert set(T2T_SETS) == (built - OURS_ONLY) | refused
 
 
 @pytest.mark.parametrize("name", sorted(set(T2T_SETS) & set(hp_lib.list_hparams_sets())))
@@ -78,10 +80,9 @@ def test_hparams_fields_t2t_has_no_hparam_for_hold_its_fixed_values():
     assert (ours.min_timescale, ours.max_timescale) == (1.0, 1.0e4), name
 
 
-@pytest.mark.parametrize("name", sorted({**hp_lib.REFUSED_HPARAMS_SETS,
-                                         **hp_lib.PENDING_HPARAMS_SETS}))
+@pytest.mark.parametrize("name", sorted(hp_lib.REFUSED_HPARAMS_SETS))
 def test_refused_sets_raise_naming_the_set_and_the_reason(name):
-  reason = {**hp_lib.REFUSED_HPARAMS_SETS, **hp_lib.PENDING_HPARAMS_SETS}[name]
+  reason = hp_lib.REFUSED_HPARAMS_SETS[name]
   with pytest.raises(ValueError) as info:
     hp_lib.create_hparams(name)
   message = str(info.value)
@@ -93,8 +94,10 @@ def test_refusal_examples():
   with pytest.raises(ValueError, match=r"^transformer_librispeech: audio inputs are not "
                      r"implemented\."):
     hp_lib.create_hparams("transformer_librispeech")
-  with pytest.raises(ValueError, match=r"^transformer_cubbitt: needs T2T's Adafactor"):
-    hp_lib.create_hparams("transformer_cubbitt")
+  with pytest.raises(ValueError, match=r"^transformer_tpu_1b: bfloat16 weights "):
+    hp_lib.create_hparams("transformer_tpu_1b")
+  with pytest.raises(ValueError, match=r"^transformer_lm_tpu_0: a language-model set "):
+    hp_lib.create_hparams("transformer_lm_tpu_0")
   with pytest.raises(ValueError, match=r"^Unknown hparams_set 'transformer_nope'"):
     hp_lib.create_hparams("transformer_nope")
 

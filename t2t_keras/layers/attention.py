@@ -16,13 +16,13 @@ the distances of keys `0..t` to `t`, as the full call does.
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Sequence, Tuple
 
 import keras
 import tensorflow as tf
 
 from t2t_keras.decoding_state import KeyValue
-from t2t_keras.layers.dropout import Dropout
+from t2t_keras.layers.dropout import Dropout, noise_shape
 from t2t_keras.layers.initializers import get_variable_initializer
 from t2t_keras.perf.buffers import write_rows, written_prefix
 
@@ -145,6 +145,9 @@ class MultiHeadAttention(keras.layers.Layer):
     output_depth: depth of the output projection (hidden_size).
     num_heads: number of heads; must divide both channel counts.
     attention_dropout: dropout rate on the attention weights.
+    attention_dropout_broadcast_dims: dims of the weights `[batch, heads,
+      length_q, length_kv]` along which their dropout mask is shared (T2T's
+      `dot_product_attention` `dropout_broadcast_dims`, e.g. (0, 1)).
     initializer / initializer_gain: T2T's kernel initializer name and gain (see
       `initializers.get_variable_initializer`).
     max_relative_position: > 0 makes it relative self-attention (see the
@@ -169,7 +172,8 @@ class MultiHeadAttention(keras.layers.Layer):
   def __init__(self, key_channels: int, value_channels: int, output_depth: int,
                num_heads: int, attention_dropout: float = 0.0,
                initializer: str = "uniform_unit_scaling", initializer_gain: float = 1.0,
-               max_relative_position: int = 0, **kwargs):
+               max_relative_position: int = 0,
+               attention_dropout_broadcast_dims: Sequence[int] = (), **kwargs):
     super().__init__(**kwargs)
     if max_relative_position < 0:
       raise ValueError(f"max_relative_position must be >= 0, got {max_relative_position}.")
@@ -183,6 +187,7 @@ class MultiHeadAttention(keras.layers.Layer):
     self.key_channels, self.value_channels = key_channels, value_channels
     self.output_depth, self.num_heads = output_depth, num_heads
     self.attention_dropout = attention_dropout
+    self.attention_dropout_broadcast_dims = tuple(attention_dropout_broadcast_dims)
     self.initializer, self.initializer_gain = initializer, initializer_gain
     self.max_relative_position = max_relative_position
 
@@ -201,7 +206,9 @@ class MultiHeadAttention(keras.layers.Layer):
     self.k.build(memory_shape)
     self.v.build(memory_shape)
     self.output_transform.build(tuple(query_shape[:-1]) + (self.value_channels,))
-    self.dropout = Dropout(self.attention_dropout, dtype=self.dtype_policy)
+    self.dropout = Dropout(self.attention_dropout,
+                           noise_shape=noise_shape(self.attention_dropout_broadcast_dims, 4),
+                           dtype=self.dtype_policy)
     self.relative_keys = self.relative_values = None
     if self.max_relative_position:
       table = lambda name: self.add_weight(
@@ -331,7 +338,8 @@ class MultiHeadAttention(keras.layers.Layer):
                   output_depth=self.output_depth, num_heads=self.num_heads,
                   attention_dropout=self.attention_dropout, initializer=self.initializer,
                   initializer_gain=self.initializer_gain,
-                  max_relative_position=self.max_relative_position)
+                  max_relative_position=self.max_relative_position,
+                  attention_dropout_broadcast_dims=self.attention_dropout_broadcast_dims)
     return config
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import keras
 
 from t2t_keras.layers.dense import Dense
-from t2t_keras.layers.dropout import Dropout
+from t2t_keras.layers.dropout import Dropout, noise_shape
 from t2t_keras.layers.initializers import get_variable_initializer
 from t2t_keras.layers.layer_norm import LayerNorm
 
@@ -14,6 +16,10 @@ class DenseReluDense(keras.layers.Layer):
   """T2T `dense_relu_dense`: dense(filter, relu, bias) -> dropout -> dense(hidden, bias).
 
   Kernels use T2T's `initializer` / `initializer_gain`; biases start at zero.
+  `relu_dropout_broadcast_dims` (dims of the hidden `[batch, length, filter]`)
+  share the dropout mask along them, as T2T without its pad remover (on XLA; on
+  GPU T2T flattened the batch's non-pad tokens into one row first, so dim 1
+  there also shared one mask across the batch's examples).
 
   Call arguments:
     x: `[batch, length, hidden_size]`.
@@ -23,11 +29,12 @@ class DenseReluDense(keras.layers.Layer):
 
   def __init__(self, filter_size: int, output_size: int, relu_dropout: float = 0.0,
                initializer: str = "uniform_unit_scaling", initializer_gain: float = 1.0,
-               **kwargs):
+               relu_dropout_broadcast_dims: Sequence[int] = (), **kwargs):
     super().__init__(**kwargs)
     self.filter_size = filter_size
     self.output_size = output_size
     self.relu_dropout = relu_dropout
+    self.relu_dropout_broadcast_dims = tuple(relu_dropout_broadcast_dims)
     self.initializer = initializer
     self.initializer_gain = initializer_gain
     get_variable_initializer(initializer, initializer_gain)  # Validates the name.
@@ -41,7 +48,9 @@ class DenseReluDense(keras.layers.Layer):
                        name="conv2", dtype=self.dtype_policy)
     self.conv1.build(input_shape)
     self.conv2.build(tuple(input_shape[:-1]) + (self.filter_size,))
-    self.dropout = Dropout(self.relu_dropout, dtype=self.dtype_policy)
+    self.dropout = Dropout(self.relu_dropout,
+                           noise_shape=noise_shape(self.relu_dropout_broadcast_dims, 3),
+                           dtype=self.dtype_policy)
 
   def call(self, x, training=None):
     h = self.dropout(self.conv1(x, training=training), training=training)
@@ -54,7 +63,8 @@ class DenseReluDense(keras.layers.Layer):
     config = super().get_config()
     config.update(filter_size=self.filter_size, output_size=self.output_size,
                   relu_dropout=self.relu_dropout, initializer=self.initializer,
-                  initializer_gain=self.initializer_gain)
+                  initializer_gain=self.initializer_gain,
+                  relu_dropout_broadcast_dims=self.relu_dropout_broadcast_dims)
     return config
 
 
@@ -63,7 +73,9 @@ class LayerPrepostprocess(keras.layers.Layer):
 
   "a" adds the residual `previous`, "z" adds zero (a no-op kept for override
   compatibility), "n" is LayerNorm (epsilon from hparams), "d" is dropout; the
-  literal "none" is the identity. Pre-norm uses "n" before and "da" after each
+  literal "none" is the identity. `broadcast_dims` (of `[batch, length, depth]`)
+  share the dropout mask along them (T2T's
+  `layer_prepostprocess_dropout_broadcast_dims`). Pre-norm uses "n" before and "da" after each
   sublayer; the paper's post-norm uses "none" before and "dan" after.
 
   Call arguments:
@@ -73,13 +85,15 @@ class LayerPrepostprocess(keras.layers.Layer):
     `[batch, length, depth]`.
   """
 
-  def __init__(self, sequence: str, dropout: float = 0.0, epsilon: float = 1e-6, **kwargs):
+  def __init__(self, sequence: str, dropout: float = 0.0, epsilon: float = 1e-6,
+               broadcast_dims: Sequence[int] = (), **kwargs):
     super().__init__(**kwargs)
     if sequence != "none" and set(sequence) - set("adnz"):
       raise ValueError(f"sequence must be 'none' or letters from 'adnz', got {sequence!r}.")
     self.sequence = sequence
     self.dropout_rate = dropout
     self.epsilon = epsilon
+    self.broadcast_dims = tuple(broadcast_dims)
 
   def build(self, input_shape):
     if self.sequence == "none":
@@ -90,7 +104,8 @@ class LayerPrepostprocess(keras.layers.Layer):
         norm = LayerNorm(epsilon=self.epsilon, name=f"layer_norm_{i}", dtype=self.dtype_policy)
         norm.build(input_shape)
         setattr(self, f"layer_norm_{i}", norm)
-    self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)
+    self.dropout = Dropout(self.dropout_rate, noise_shape=noise_shape(self.broadcast_dims, 3),
+                           dtype=self.dtype_policy)
 
   def call(self, previous, x, training=None):
     if self.sequence == "none":
@@ -111,5 +126,6 @@ class LayerPrepostprocess(keras.layers.Layer):
 
   def get_config(self):
     config = super().get_config()
-    config.update(sequence=self.sequence, dropout=self.dropout_rate, epsilon=self.epsilon)
+    config.update(sequence=self.sequence, dropout=self.dropout_rate, epsilon=self.epsilon,
+                  broadcast_dims=self.broadcast_dims)
     return config

@@ -12,7 +12,7 @@ import keras
 import tensorflow as tf
 
 from t2t_keras.decoding_state import KeyValue, Memory
-from t2t_keras.hparams import HParams
+from t2t_keras.hparams import DROPOUT_BROADCAST_DIMS_RANKS, HParams, broadcast_dims
 from t2t_keras.layers.attention import MultiHeadAttention
 from t2t_keras.layers.ffn import DenseReluDense, LayerPrepostprocess
 
@@ -44,10 +44,16 @@ class HParamsLayer(keras.layers.Layer):
     return cls(**config)
 
 
+def _broadcast_dims(hp: HParams, name: str) -> Tuple[int, ...]:
+  """The dims of the hparams field `name` (e.g. "0,1" -> (0, 1))."""
+  return broadcast_dims(getattr(hp, name), DROPOUT_BROADCAST_DIMS_RANKS[name], name)
+
+
 def _prepost_pair(hp: HParams, name: str, dtype_policy, input_shape):
   """The (preprocess, postprocess) wrappers of one sublayer, built."""
   pair = tuple(
       LayerPrepostprocess(sequence, hp.layer_prepostprocess_dropout, hp.norm_epsilon,
+                          _broadcast_dims(hp, "layer_prepostprocess_dropout_broadcast_dims"),
                           name=f"{name}_{kind}", dtype=dtype_policy)
       for kind, sequence in (("preprocess", hp.layer_preprocess_sequence),
                              ("postprocess", hp.layer_postprocess_sequence)))
@@ -60,19 +66,24 @@ def _attention(hp: HParams, name: str, dtype_policy) -> MultiHeadAttention:
   """The attention sublayer `name`; self-attention is of `hp.self_attention_type`.
 
   As in T2T's transformer_encoder / transformer_decoder, encoder-decoder
-  attention is always plain dot-product attention.
+  attention is always plain dot-product attention. T2T's relative attention
+  (`dot_product_attention_relative`) took no broadcast dims: its weights get an
+  unshared dropout mask whatever `attention_dropout_broadcast_dims` says.
   """
   relative = name == "self_attention" and hp.self_attention_type == "dot_product_relative"
+  shared = () if relative else _broadcast_dims(hp, "attention_dropout_broadcast_dims")
   return MultiHeadAttention(hp.key_channels, hp.value_channels, hp.hidden_size,
                             hp.num_heads, hp.attention_dropout, hp.initializer,
                             hp.initializer_gain,
                             max_relative_position=hp.max_relative_position if relative else 0,
-                            name=name, dtype=dtype_policy)
+                            attention_dropout_broadcast_dims=shared, name=name, dtype=dtype_policy)
 
 
 def _ffn(hp: HParams, dtype_policy) -> DenseReluDense:
   return DenseReluDense(hp.filter_size, hp.hidden_size, hp.relu_dropout, hp.initializer,
-                        hp.initializer_gain, name="ffn", dtype=dtype_policy)
+                        hp.initializer_gain,
+                        _broadcast_dims(hp, "relu_dropout_broadcast_dims"), name="ffn",
+                        dtype=dtype_policy)
 
 
 def _feed_forward(layer, x, training):
