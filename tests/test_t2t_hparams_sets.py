@@ -39,8 +39,6 @@ def same_value(kind, ours, theirs) -> bool:
   if kind is float:
     return (isinstance(theirs, (int, float)) and not isinstance(theirs, bool) and
             float(theirs) == ours)
-  if theirs is None and kind is str:  # T2T's `pos = None` (no position signal) is "none"
-    return ours == "none"
   return type(theirs) is kind and theirs == ours
 
 
