@@ -567,21 +567,17 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
 
 def _optimizer_note(adam: Dict[str, Any], reset: bool, step: int, optimizer: str) -> str:
   """One line on the optimizer state the import carries."""
-  if optimizer == "adafactor":
-    if adam["slots"]:
-      return (f"Adafactor state imported ({adam['slots']} slot tensors; its decay continues "
-              f"at step {step}): fine-tuning continues T2T's Adafactor.")
-    why = ("--reset_optimizer given" if reset else
-           f"the checkpoint holds {adam['other_optimizer']} state, not Adafactor's"
-           if adam["other_optimizer"] else "the checkpoint has no optimizer state")
-    return (f"Adafactor starts fresh ({why}): zero moments, its decay counted from this "
-            f"import; the learning-rate schedule continues at step {step}.")
+  name = "Adafactor" if optimizer == "adafactor" else "Adam"
+  if adam["slots"] and name == "Adafactor":
+    return (f"Adafactor state imported ({adam['slots']} slot tensors; its decay continues "
+            f"at step {step}): fine-tuning continues T2T's Adafactor.")
   if adam["slots"]:
     made = step - adam["adam_step_offset"]
     return (f"Adam state imported ({adam['slots']} slot tensors; bias correction continues "
             f"after {made} updates): fine-tuning takes the update T2T would take resuming.")
   why = ("--reset_optimizer given" if reset else
-         f"the checkpoint holds {adam['other_optimizer']} state, not Adam's"
+         f"the checkpoint holds {adam['other_optimizer']} state, not {name}'s"
          if adam["other_optimizer"] else "the checkpoint has no optimizer state")
-  return (f"Adam starts fresh ({why}): zero moments, bias correction counted from this "
+  counted = "its decay" if name == "Adafactor" else "bias correction"
+  return (f"{name} starts fresh ({why}): zero moments, {counted} counted from this "
           f"import; the learning-rate schedule continues at step {step}.")

@@ -164,14 +164,18 @@ def test_cached_equals_uncached_random_model(beam):
 
 def test_cached_logits_equal_recomputation_each_step():
   model, _ = _random_model()
-  x = _inputs(np.random.default_rng(1), 30, [6, 4])
+  assert_cached_logits_equal_recomputation(model, _inputs(np.random.default_rng(1), 30, [6, 4]))
+
+
+def assert_cached_logits_equal_recomputation(model, x, steps=8):
+  """Each step's logits with the cache equal those recomputed from the whole prefix."""
   enc, bias = model.encode(x)
-  slow_state = decoding.initial_state(model, enc, bias, 8, use_cache=False)
-  fast_state = model.init_decoding_state(enc, bias, 8)
-  ids = np.zeros([2, 9], np.int32)
+  slow_state = decoding.initial_state(model, enc, bias, steps, use_cache=False)
+  fast_state = model.init_decoding_state(enc, bias, steps)
+  ids = np.zeros([x.shape[0], steps + 1], np.int32)
   fast_fn = decoding.make_symbols_to_logits_fn(model, True)
   slow_fn = decoding.make_symbols_to_logits_fn(model, False)
-  for i in range(8):
+  for i in range(steps):
     fast, fast_state = fast_fn(tf.constant(ids), i, fast_state)
     slow, _ = slow_fn(tf.constant(ids), i, slow_state)
     np.testing.assert_allclose(fast.numpy(), slow.numpy(), atol=1e-5)
@@ -236,7 +240,11 @@ def test_batch_equals_alone(beam):
   model, _ = _random_model()
   x = _inputs(np.random.default_rng(3), 30, [7, 3, 5, 2])
   dhp = create_decode_hparams(f"beam_size={beam},extra_length=4")
-  fn = decoding.make_decode_fn(model, dhp)
+  assert_batch_equals_alone(decoding.make_decode_fn(model, dhp), x)
+
+
+def assert_batch_equals_alone(fn, x):
+  """Each row decoded in the batch equals it decoded alone (ids, then only padding)."""
   batch_ids, batch_scores = fn(tf.constant(x))
   for row in range(len(x)):
     length = int(np.count_nonzero(x[row]))

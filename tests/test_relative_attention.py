@@ -15,6 +15,8 @@ from t2t_keras import decoding, t2t_import
 from t2t_keras.hparams import HParams, create_decode_hparams, create_hparams
 from t2t_keras.model import Transformer
 from tests.t2t_numpy_model import T2TNumpyTransformer
+from tests.test_decoding import (assert_batch_equals_alone,
+                                 assert_cached_logits_equal_recomputation)
 from tests.test_t2t_import import BASE, _assert_close, _t2t_tensors, _write_t2t_checkpoint
 
 MAX = 2  # max_relative_position: far shorter than the sequences below
@@ -114,18 +116,7 @@ def test_cached_equals_uncached(model, beam):
 
 
 def test_cached_logits_equal_recomputation_each_step(model):
-  x = _inputs(1, [6, 4])
-  enc, bias = model.encode(x)
-  slow_state = decoding.initial_state(model, enc, bias, 8, use_cache=False)
-  fast_state = model.init_decoding_state(enc, bias, 8)
-  ids = np.zeros([2, 9], np.int32)
-  fast_fn = decoding.make_symbols_to_logits_fn(model, True)
-  slow_fn = decoding.make_symbols_to_logits_fn(model, False)
-  for i in range(8):
-    fast, fast_state = fast_fn(tf.constant(ids), i, fast_state)
-    slow, _ = slow_fn(tf.constant(ids), i, slow_state)
-    np.testing.assert_allclose(fast.numpy(), slow.numpy(), atol=1e-5)
-    ids[:, i + 1] = np.argmax(fast.numpy(), -1)
+  assert_cached_logits_equal_recomputation(model, _inputs(1, [6, 4]))
 
 
 @pytest.mark.parametrize("beam", [1, 3])
@@ -133,13 +124,8 @@ def test_batch_equals_alone_and_xla_equals_default(model, beam):
   x = _inputs(3, [7, 3, 5])
   dhp = create_decode_hparams(f"beam_size={beam},extra_length=4")
   fn = decoding.make_decode_fn(model, dhp)
+  assert_batch_equals_alone(fn, x)
   batch_ids, batch_scores = fn(tf.constant(x))
-  for row in range(len(x)):
-    length = int(np.count_nonzero(x[row]))
-    alone_ids, alone_scores = fn(tf.constant(x[row:row + 1, :length]))
-    width = alone_ids.shape[1]
-    np.testing.assert_array_equal(batch_ids[row].numpy()[:width], alone_ids[0].numpy())
-    np.testing.assert_allclose(batch_scores[row], alone_scores[0], atol=1e-4)
   xla_ids, xla_scores = decoding.make_decode_fn(model, dhp, jit_compile=True)(tf.constant(x))
   np.testing.assert_array_equal(batch_ids.numpy(), xla_ids.numpy())
   np.testing.assert_allclose(batch_scores.numpy(), xla_scores.numpy(), atol=1e-4)
