@@ -176,7 +176,6 @@ class Trainer:
   def _replica_update(self, grads):
     """Applies the step's (already all-reduced, clipped, averaged) gradients."""
     self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-    return tf.constant(0.0)
 
   def _loss_scale(self) -> tf.Tensor:
     if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
