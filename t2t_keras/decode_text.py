@@ -61,35 +61,23 @@ def clean_output(text: str) -> str:
   return text.translate(_BREAKS_TABLE)
 
 
-class TextDecoder:
-  """Decodes and scores text with a trained model.
+class LineDecoder:
+  """What every decoding engine shares: text lines in, one output line per input.
+
+  Subclasses implement `_decode_batch` (encoded inputs -> ids and scores) and
+  `_score_batch`; they may regroup the work by overriding `_batches`.
 
   Args:
-    model: a Transformer with restored weights.
     encoders: {"inputs": encoder, "targets": encoder} (SubwordTextEncoder API).
-    decode_hp: DecodeHParams (beam search, or greedy / sampling with beam_size 1).
-    use_cache: cached incremental decoding (default) or full recomputation.
-    jit_compile: XLA-compile decoding (input lengths padded to
-      `perf.inference.XLA_LENGTH_BUCKETS`);
-      None (the default) chooses per call of `decode_lines` (`perf.inference.decode_with_xla`).
+    decode_hp: DecodeHParams.
     log: function taking one progress line.
   """
 
-  def __init__(self, model: Transformer, encoders: Dict, decode_hp: DecodeHParams,
-               use_cache: bool = True, jit_compile: Optional[bool] = None,
+  def __init__(self, encoders: Dict, decode_hp: DecodeHParams,
                log: Callable[[str], None] = print):
-    self.model = model
     self.encoders = encoders
     self.decode_hp = decode_hp
-    self.jit_compile = jit_compile
     self.log = log
-    self.use_cache = use_cache
-    self._decode_fns = {}  # jit_compile -> fn, kept across calls (XLA keeps its compilations)
-    # What decoding runs: the model, or its bfloat16 twin (weights cast once per
-    # decode_lines call, so that a trainer's BLEU hook sees the weights of its step).
-    self._inference = inference.inference_model(model)
-    self.score_fn = tf.function(lambda x, y: decoding.score_targets(model, x, y),
-                                input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2)
     self.truncated = 0
     self.cleaned = 0
 
@@ -108,13 +96,6 @@ class TextDecoder:
       ids = ids[:cap]
     return ids + [EOS_ID], cut
 
-  def decode_fn(self, jit_compile: bool) -> Callable:
-    """The decoding tf.function with or without XLA, made once."""
-    if jit_compile not in self._decode_fns:
-      self._decode_fns[jit_compile] = decoding.make_decode_fn(
-          self._inference, self.decode_hp, use_cache=self.use_cache, jit_compile=jit_compile)
-    return self._decode_fns[jit_compile]
-
   @staticmethod
   def _pad(rows: List[List[int]], jit_compile: bool = False) -> np.ndarray:
     length = max(len(r) for r in rows)
@@ -122,7 +103,8 @@ class TextDecoder:
       length = inference.xla_length(length)  # few distinct shapes -> few XLA compilations
     return np.array([r + [PAD_ID] * (length - len(r)) for r in rows], np.int32)
 
-  def _format(self, ids: np.ndarray, scores: np.ndarray) -> str:
+  def _format(self, ids, scores) -> str:
+    """One output line: the top ids, or with return_beams every beam's (and score)."""
     def decode(row):
       text = self.encoders["targets"].decode(decoding.strip_ids(row))
       clean = clean_output(text)
@@ -138,11 +120,26 @@ class TextDecoder:
         parts.append(f"{score:.2f}")
     return "\t".join(parts)
 
+  def _start(self, count: int) -> None:
+    """Called once per `decode_lines` with the number of lines to decode."""
+
+  def _batches(self, todo: List[int], encoded: Dict[int, List[int]]) -> List[List[int]]:
+    """The line indices of each batch, in decoding order (`todo` is longest first)."""
+    return [todo[begin:begin + self.batch_size]
+            for begin in range(0, len(todo), self.batch_size)]
+
+  def _decode_batch(self, rows: List[List[int]]) -> Tuple[Sequence, Sequence]:
+    """Encoded inputs (EOS included) -> (per row: ids `[length]` or with return_beams
+    `[beam, length]`; per row: its score or its beams' scores)."""
+    raise NotImplementedError
+
+  def _score_batch(self, sources: List[List[int]], targets: List[List[int]]) -> List[float]:
+    """log P(target | source) of each encoded pair (EOS included in both)."""
+    raise NotImplementedError
+
   def decode_lines(self, lines: Sequence[str], progress_every_secs: float = 10.0) -> List[str]:
-    """One output string per input line, in input order, by the model's current weights."""
+    """One output string per input line, in input order."""
     self.truncated = self.cleaned = 0
-    if self._inference is not self.model:
-      inference.copy_weights(self.model, self._inference)
     outputs = [""] * len(lines)
     todo = [i for i, line in enumerate(lines) if tokenizer.normalize_input(line)]
     # T2T: longest first by whitespace tokens; stable for equal lengths.
@@ -153,10 +150,7 @@ class TextDecoder:
       if was_cut:
         cut.append(i + 1)
     self.truncated = len(cut)
-    jit = self.jit_compile
-    if jit is None:
-      jit = inference.decode_with_xla(self.model, len(todo))
-    decode_fn = self.decode_fn(jit)
+    self._start(len(todo))
     if cut:
       shown = ", ".join(map(str, sorted(cut)[:MAX_LINES_NAMED]))
       more = ", ..." if len(cut) > MAX_LINES_NAMED else ""
@@ -164,15 +158,15 @@ class TextDecoder:
                f"{self.decode_hp.max_input_size} ({input_cap(self.decode_hp)} subword tokens "
                f"+ EOS): line(s) {shown}{more}.")
     start = last = time.time()
-    for begin in range(0, len(todo), self.batch_size):
-      batch = todo[begin:begin + self.batch_size]
-      ids, scores = decode_fn(tf.constant(self._pad([encoded[i] for i in batch], jit)))
+    done = 0
+    for batch in self._batches(todo, encoded):
+      ids, scores = self._decode_batch([encoded[i] for i in batch])
       for row, index in enumerate(batch):
-        outputs[index] = self._format(ids[row].numpy(), scores[row].numpy())
+        outputs[index] = self._format(ids[row], scores[row])
         if self.decode_hp.log_results:  # T2T's log_decode_results.
           self.log(f"Inference results INPUT: {lines[index]}")
           self.log(f"Inference results OUTPUT: {outputs[index]}")
-      done = begin + len(batch)
+      done += len(batch)
       if time.time() - last >= progress_every_secs and done < len(todo):
         rate = done / (time.time() - start)
         self.log(f"Decoded {done}/{len(todo)} lines ({rate:.1f} lines/s, ETA "
@@ -189,9 +183,59 @@ class TextDecoder:
     for begin in range(0, len(sources), self.batch_size):
       src = [self._encode(s)[0] for s in sources[begin:begin + self.batch_size]]
       tgt = [self._encode(t, "targets")[0] for t in targets[begin:begin + self.batch_size]]
-      scores.extend(float(s) for s in self.score_fn(tf.constant(self._pad(src)),
-                                                    tf.constant(self._pad(tgt))))
+      scores.extend(float(s) for s in self._score_batch(src, tgt))
     return scores
+
+
+class TextDecoder(LineDecoder):
+  """Decodes and scores text with a trained model (TensorFlow).
+
+  Args:
+    model: a Transformer with restored weights.
+    encoders: {"inputs": encoder, "targets": encoder} (SubwordTextEncoder API).
+    decode_hp: DecodeHParams (beam search, or greedy / sampling with beam_size 1).
+    use_cache: cached incremental decoding (default) or full recomputation.
+    jit_compile: XLA-compile decoding (input lengths padded to
+      `perf.inference.XLA_LENGTH_BUCKETS`);
+      None (the default) chooses per call of `decode_lines` (`perf.inference.decode_with_xla`).
+    log: function taking one progress line.
+  """
+
+  def __init__(self, model: Transformer, encoders: Dict, decode_hp: DecodeHParams,
+               use_cache: bool = True, jit_compile: Optional[bool] = None,
+               log: Callable[[str], None] = print):
+    super().__init__(encoders, decode_hp, log)
+    self.model = model
+    self.jit_compile = jit_compile
+    self.use_cache = use_cache
+    self._decode_fns = {}  # jit_compile -> fn, kept across calls (XLA keeps its compilations)
+    self._jit = False
+    # What decoding runs: the model, or its bfloat16 twin (weights cast once per
+    # decode_lines call, so that a trainer's BLEU hook sees the weights of its step).
+    self._inference = inference.inference_model(model)
+    self.score_fn = tf.function(lambda x, y: decoding.score_targets(model, x, y),
+                                input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2)
+
+  def decode_fn(self, jit_compile: bool) -> Callable:
+    """The decoding tf.function with or without XLA, made once."""
+    if jit_compile not in self._decode_fns:
+      self._decode_fns[jit_compile] = decoding.make_decode_fn(
+          self._inference, self.decode_hp, use_cache=self.use_cache, jit_compile=jit_compile)
+    return self._decode_fns[jit_compile]
+
+  def _start(self, count: int) -> None:
+    if self._inference is not self.model:
+      inference.copy_weights(self.model, self._inference)
+    self._jit = self.jit_compile
+    if self._jit is None:
+      self._jit = inference.decode_with_xla(self.model, count)
+
+  def _decode_batch(self, rows):
+    ids, scores = self.decode_fn(self._jit)(tf.constant(self._pad(rows, self._jit)))
+    return ids.numpy(), scores.numpy()
+
+  def _score_batch(self, sources, targets):
+    return self.score_fn(tf.constant(self._pad(sources)), tf.constant(self._pad(targets)))
 
 
 def make_bleu_hook(model: Transformer, encoders: Dict, decode_hp: DecodeHParams, source: str,

@@ -11,6 +11,15 @@ r"""t2t_keras_decoder: translate with a trained run (T2T's t2t-decoder and its f
   cat news.en | t2t_keras_decoder --output_dir=$TRAIN --data_dir=$DATA \
       --decode_from_file=- > news.de
 
+  t2t_keras_decoder --engine=ctranslate2 --compute_type=int8 --output_dir=$TRAIN \
+      --data_dir=$DATA --decode_from_file=newstest2014.en --decode_to_file=out.de
+
+decodes through CTranslate2 (`pip install -e '.[ct2]'`): the run is converted
+in memory, or --ctranslate2_model_dir names a t2t_keras_exporter
+--export_format=ctranslate2 directory. Same flags, files and output lines; the
+beam search is CTranslate2's with T2T's length penalty applied to its n-best
+(README, "CTranslate2").
+
 --decode_from_file=- (or /dev/stdin, a pipe) reads stdin to its end, then decodes.
 Without --decode_from_file it decodes the problem's dev split (test with
 --eval_use_test_set) and scores it against the reference. The trainer's
@@ -41,6 +50,14 @@ flags.DEFINE_bool("decode_jit_compile", None,
                   "pays for its compilations (long files, large float32 models; never "
                   "bfloat16 nor --decode_interactive), as t2t_keras/perf/inference.py "
                   "decides and explains.")
+flags.DEFINE_enum("engine", "tensorflow", ["tensorflow", "ctranslate2"],
+                  "tensorflow: this project's decoder (T2T's search). ctranslate2: CTranslate2's "
+                  "engine (int8 CPU inference; needs pip install -e '.[ct2]').")
+flags.DEFINE_enum("compute_type", "float32", ["float32", "int8", "int8_float32"],
+                  "--engine=ctranslate2 only: the weights' type (int8: quantized on load).")
+flags.DEFINE_string("ctranslate2_model_dir", None,
+                    "--engine=ctranslate2 only: a directory written by t2t_keras_exporter "
+                    "--export_format=ctranslate2 (default: convert --output_dir's checkpoint).")
 
 
 def main(argv):
@@ -67,12 +84,16 @@ def main(argv):
                            "source<TAB>target; give one tab-separated pair per line.")
   elif not FLAGS.decode_interactive:
     lines, reference, refs = _read_source_and_reference(decode_hp)
+  _check_engine_flags()
   from t2t_keras import bleu, decode_text, evalb
   model, _, problem, encoders = common_flags.load_trained_run()
-  decoder = decode_text.TextDecoder(
-      model, encoders, decode_hp, use_cache=FLAGS.decode_use_cache,
-      jit_compile=FLAGS.decode_jit_compile, log=lambda line: print(line, file=sys.stderr,
-                                                                   flush=True))
+  log = lambda line: print(line, file=sys.stderr, flush=True)
+  if FLAGS.engine == "ctranslate2":
+    decoder = _ctranslate2_decoder(model, problem, encoders, decode_hp, log)
+  else:
+    decoder = decode_text.TextDecoder(
+        model, encoders, decode_hp, use_cache=FLAGS.decode_use_cache,
+        jit_compile=FLAGS.decode_jit_compile, log=log)
   if FLAGS.score_file:
     scores = decoder.score_pairs([p[0] for p in pairs], [p[1] for p in pairs])
     _emit([f"{s:.6f}" for s in scores])
@@ -100,6 +121,49 @@ def main(argv):
         paper = bleu.paper_bleu(hyps, refs, language=language)
         print(f"tokenized BLEU (as in the paper) = {paper.score:.2f}  "
               f"({bleu.paper_signature(language)})", flush=True)
+
+
+def _check_engine_flags():
+  """CTranslate2's flags only with --engine=ctranslate2, which needs the package."""
+  if FLAGS.engine != "ctranslate2":
+    for name in ("compute_type", "ctranslate2_model_dir"):
+      if FLAGS[name].present:
+        raise app.UsageError(f"--{name} applies to --engine=ctranslate2 only.")
+    return
+  from t2t_keras import ctranslate2_decode
+  try:
+    ctranslate2_decode.import_ctranslate2()
+  except ImportError as e:
+    raise app.UsageError(f"--engine=ctranslate2: {e}") from None
+  model_dir = FLAGS.ctranslate2_model_dir
+  if model_dir and not os.path.isdir(model_dir):
+    raise app.UsageError(f"--ctranslate2_model_dir={model_dir} is not a directory; write one "
+                         "with t2t_keras_exporter --export_format=ctranslate2.")
+
+
+def _ctranslate2_decoder(model, problem, encoders, decode_hp, log):
+  """A CTranslate2Decoder of --ctranslate2_model_dir, else of the run converted now."""
+  import tempfile
+
+  from t2t_keras import ctranslate2_decode, ctranslate2_export
+  kwargs = dict(compute_type=FLAGS.compute_type, log=log)
+  if FLAGS.ctranslate2_model_dir:
+    try:
+      return ctranslate2_decode.CTranslate2Decoder(FLAGS.ctranslate2_model_dir, encoders,
+                                                   decode_hp, **kwargs)
+    except FileNotFoundError as e:
+      raise app.UsageError(f"--ctranslate2_model_dir: {e}") from None
+  try:
+    ctranslate2_export.check_convertible(model.hparams)
+  except ctranslate2_export.NotConvertibleError as e:
+    raise app.UsageError(f"--engine=ctranslate2: {FLAGS.output_dir} cannot be converted: "
+                         f"{e} Use --engine=tensorflow.") from None
+  vocab = {side: os.path.join(FLAGS.data_dir, problem.vocab_filenames[side])
+           for side in ("inputs", "targets")}
+  with tempfile.TemporaryDirectory(prefix="t2t-keras-ctranslate2-") as tmp:
+    model_dir = ctranslate2_export.export(model, vocab, os.path.join(tmp, "model"))
+    log(f"Converted {FLAGS.output_dir} to CTranslate2 ({FLAGS.compute_type}).")
+    return ctranslate2_decode.CTranslate2Decoder(model_dir, encoders, decode_hp, **kwargs)
 
 
 def _run_problem():
