@@ -29,7 +29,7 @@ $(STAMP): setup.py
 	@$(PYTHON) -c '$(PY_RANGE_CHECK)'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,viz]"
+	$(PY) -m pip install --quiet -e ".[test,viz,ct2]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -52,6 +52,9 @@ setup(
         # subprocess start-up), which keeps CI under 15 minutes.
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"],
         "viz": ["matplotlib>=3.8"],
+        # CTranslate2 (MIT): int8 / float32 CPU inference without TensorFlow
+        # (t2t_keras_exporter --export_format=ctranslate2, t2t_keras_decoder --engine=ctranslate2).
+        "ct2": ["ctranslate2>=4.8,<5"],
     },
     entry_points={"console_scripts": CONSOLE_SCRIPTS},
 )

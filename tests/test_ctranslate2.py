@@ -1,0 +1,262 @@
+"""The CTranslate2 export and engine against the TensorFlow model and T2T's NumPy forward pass.
+
+Scores: CTranslate2's log P(target | source) within 1e-4 of the TensorFlow model's
+for every layout the converter maps (pre/post-norm, three position kinds,
+unshared embeddings, relative attention, narrower attention); greedy search
+identical (ids and scores, caps hit); beam tops identical on the trained test
+fixture, with the re-ranked scores equal to T2T's; the real T2T checkpoint
+converted through the CLI scores as the NumPy T2T forward pass; refusals by name.
+"""
+
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+pytest.importorskip(
+    "ctranslate2", reason="ctranslate2 is not installed: it is the optional extra "
+    "(pip install -e '.[ct2]'), which `make test` installs.")
+
+from data_gen.text_encoder import EOS_ID  # noqa: E402
+from t2t_keras import ctranslate2_decode, ctranslate2_export, decode_text, decoding  # noqa: E402
+from t2t_keras.hparams import DecodeHParams, create_hparams  # noqa: E402
+from t2t_keras.model import Transformer  # noqa: E402
+from tests import tiny_problem  # noqa: E402
+from tests.cli_in_process import run_cli_output  # noqa: E402
+from tests.test_t2t_import import SENTENCES, _ids, _reference, imported, loaded  # noqa: E402,F401
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+VOCAB = 40
+SMALL = "hidden_size=32,filter_size=64,num_heads=4"
+LAYOUTS = {
+    "pre_norm_timing": "",
+    "post_norm": "layer_preprocess_sequence=none,layer_postprocess_sequence=dan",
+    "learned_positions": "pos=emb,max_length=12",  # inputs and outputs run past the table
+    "paper_sinusoid_unshared": "pos=timing_paper,shared_embedding_and_softmax_weights=false",
+    "relative": "self_attention_type=dot_product_relative,max_relative_position=3,pos=none",
+    "narrow_attention": "attention_key_channels=16,attention_value_channels=16",
+    "no_embedding_scale": "multiply_embedding_mode=none,use_target_space_embedding=false",
+}
+
+
+def _random_model(overrides: str, seed: int = 1, eos_like: int = None) -> Transformer:
+  """A random transformer_tiny of width 32, weights x3 so log-probs are far from uniform;
+  with `eos_like` EOS's softmax row is that token's (hypotheses finish early)."""
+  hp = create_hparams("transformer_tiny", SMALL + ("," + overrides if overrides else ""))
+  tf.keras.utils.set_random_seed(seed)
+  model = Transformer(hp, VOCAB, VOCAB, target_space_id=3)
+  model.build()
+  for weight in model.weights:
+    if "norm" not in weight.path:
+      weight.assign(weight * 3.0)
+  if eos_like is not None:
+    model.softmax.weights_var[EOS_ID].assign(model.softmax.weights_var[eos_like] * 1.02)
+  return model
+
+
+def _engine(model, tmp_path, decode_hp=DecodeHParams(), encoders=None, compute_type="float32"):
+  model_dir = str(tmp_path / "ct2")
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("'a'\n")
+  ctranslate2_export.export(model, {"inputs": str(vocab), "targets": str(vocab)}, model_dir)
+  return ctranslate2_decode.CTranslate2Decoder(model_dir, encoders, decode_hp,
+                                               compute_type=compute_type, log=lambda _: None)
+
+
+def _rows(rng, lengths):
+  return [list(rng.integers(2, VOCAB, size=n)) + [EOS_ID] for n in lengths]
+
+
+def _pad(rows):
+  return decode_text.LineDecoder._pad(rows)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_scores_equal_the_tensorflow_model(layout, tmp_path):
+  model = _random_model(LAYOUTS[layout])
+  engine = _engine(model, tmp_path)
+  rng = np.random.default_rng(0)
+  # Lengths up to 20 (> max_length 12 of the learned table) and a lone EOS target.
+  sources, targets = _rows(rng, [3, 19, 7, 1]), _rows(rng, [20, 2, 0, 9])
+  want = decoding.score_targets(model, tf.constant(_pad(sources)),
+                                tf.constant(_pad(targets))).numpy()
+  got = np.array(engine._score_batch(sources, targets))
+  assert np.abs(want).min() > 1.0  # not trivially near zero
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("finishing", [False, True])
+def test_greedy_search_is_identical(finishing, tmp_path):
+  """Ids and scores, with each sentence's own cap (input length + extra_length):
+  the random model never emits EOS, so every sentence runs to its cap; with EOS's
+  row made its favourite token's, most stop early."""
+  decode_hp = DecodeHParams(beam_size=1, extra_length=3)
+  model = _random_model("", seed=2)
+  eos_like = None
+  if finishing:
+    ids, _ = decoding.make_decode_fn(model, decode_hp)(tf.constant(_pad(
+        _rows(np.random.default_rng(1), [4] * 6))))
+    eos_like = int(np.bincount(ids.numpy().ravel(), minlength=VOCAB)[2:].argmax()) + 2
+    model = _random_model("", seed=2, eos_like=eos_like)
+  engine = _engine(model, tmp_path, decode_hp)
+  tf_decode = decoding.make_decode_fn(model, decode_hp)
+  rng = np.random.default_rng(1)
+  finished = 0
+  for length in (1, 4, 9):  # the engine decodes one input length per batch
+    rows = _rows(rng, [length] * 6)
+    got_ids, got_scores = engine._decode_batch(rows)
+    want_ids, want_scores = tf_decode(tf.constant(_pad(rows)))
+    for got, want in zip(got_ids, want_ids.numpy()):
+      # TensorFlow's rows are the decode buffer: the ids, then zeros after EOS or the cap.
+      assert got == list(want[:len(got)]) and not want[len(got):].any()
+      assert len(got) <= length + 1 + 3  # the sentence's cap
+      finished += got[-1] == EOS_ID
+    np.testing.assert_allclose(got_scores, want_scores.numpy(), rtol=0, atol=1e-4)
+  if eos_like is None:
+    assert finished == 0
+  else:
+    assert finished >= 6
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_trained_run, tmp_path_factory):
+  """The trained test fixture, its encoders, 128 test sentences and a CTranslate2 export."""
+  from data_gen import registry
+  from t2t_keras import run_dir
+  run, data_dir = tiny_trained_run
+  model, _, problem_name, _, _ = run_dir.load_trained_model(run)
+  problem = registry.problem(problem_name, data_dir)
+  encoders = problem.feature_encoders(data_dir)
+  root = tmp_path_factory.mktemp("ct2_trained")
+  tiny_problem.write_parallel(str(root / "held_out"), 128, seed=11)
+  lines = (root / "held_out.en").read_text(encoding="utf-8").splitlines()
+  model_dir = str(root / "ct2")
+  ctranslate2_export.export(model, {side: os.path.join(data_dir, problem.vocab_filenames[side])
+                                    for side in ("inputs", "targets")}, model_dir)
+  return model, encoders, lines, model_dir
+
+
+def test_beam_tops_identical_on_the_trained_fixture(trained):
+  model, encoders, lines, model_dir = trained
+  decode_hp = DecodeHParams(beam_size=4, alpha=0.6, extra_length=5, return_beams=True,
+                            write_beam_scores=True, log_results=False)
+  engine = ctranslate2_decode.CTranslate2Decoder(model_dir, encoders, decode_hp,
+                                                 log=lambda _: None)
+  reference = decode_text.TextDecoder(model, encoders, decode_hp, log=lambda _: None)
+  got, want = engine.decode_lines(lines), reference.decode_lines(lines)
+  assert len(got) == len(want) == 128
+  for g, w in zip(got, want):
+    (g_top, g_score), (w_top, w_score) = g.split("\t")[:2], w.split("\t")[:2]
+    assert g_top == w_top
+    # T2T's score of the top: log P / ((5 + length) / 6) ** alpha, printed with 2 decimals.
+    assert abs(float(g_score) - float(w_score)) <= 0.011, (g, w)
+
+
+def test_int8_agrees_with_float32_on_the_trained_fixture(trained):
+  model, encoders, lines, model_dir = trained
+  decode_hp = DecodeHParams(beam_size=4, extra_length=5, log_results=False)
+  out = {ct: ctranslate2_decode.CTranslate2Decoder(model_dir, encoders, decode_hp,
+                                                   compute_type=ct, log=lambda _: None
+                                                   ).decode_lines(lines)
+         for ct in ("float32", "int8", "int8_float32")}
+  for compute_type in ("int8", "int8_float32"):
+    same = sum(a == b for a, b in zip(out["float32"], out[compute_type]))
+    assert same >= 120, (compute_type, same)
+
+
+def test_rerank_is_t2t_order_and_scores():
+  """Hand-computed: CTranslate2 scores log P / length ** alpha; T2T ranks finished
+  hypotheses by log P / ((5 + length) / 6) ** alpha, then unfinished by log P."""
+  alpha = 0.6
+  hyps = [[5, 6, 7, 8], [5, EOS_ID], [5, 6, 7, 8, 9, EOS_ID], [5, 9, 9, 9]]
+  log_probs = [-2.0, -3.0, -3.6, -1.0]
+  ct2 = [lp / len(h) ** alpha for h, lp in zip(hyps, log_probs)]
+  ranked = ctranslate2_decode.rerank(hyps, ct2, alpha)
+  want_finished = sorted([(-3.0 / (7 / 6) ** alpha, 1), (-3.6 / (11 / 6) ** alpha, 2)],
+                         reverse=True)
+  want = [i for _, i in want_finished] + [3, 0]
+  assert [h for h, _ in ranked] == [hyps[i] for i in want]
+  np.testing.assert_allclose([s for _, s in ranked],
+                             [s for s, _ in want_finished] + [-1.0, -2.0], rtol=1e-6)
+
+
+def test_t2t_checkpoint_converts_and_scores_as_numpy_t2t(imported, loaded, tmp_path):
+  """The real T2T checkpoint: exported by the CLI, scored by the decoder's CTranslate2
+  engine, against the NumPy T2T forward pass."""
+  run_dir = imported[0]
+  encoders = loaded[4]
+  export_dir = tmp_path / "ct2"
+  result = subprocess.run([sys.executable, "-m", "t2t_keras.cli.exporter",
+                           f"--output_dir={run_dir}", f"--data_dir={run_dir}",
+                           "--export_format=ctranslate2", f"--export_dir={export_dir}"],
+                          capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert {"model.bin", "config.json", "vocab.inputs", "vocab.targets",
+          ctranslate2_export.INFO_FILE} <= set(os.listdir(export_dir))
+  score_file = tmp_path / "pairs.tsv"
+  score_file.write_text("".join(f"{s}\t{t}\n" for s, t in SENTENCES), encoding="utf-8")
+  result = subprocess.run([sys.executable, "-m", "t2t_keras.cli.decoder",
+                           f"--output_dir={run_dir}", f"--data_dir={run_dir}",
+                           "--engine=ctranslate2", f"--ctranslate2_model_dir={export_dir}",
+                           f"--score_file={score_file}"],
+                          capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  got = [float(line) for line in result.stdout.split()]
+  ref = _reference()
+  want = [ref.log_prob(_ids(encoders, [s]), _ids(encoders, [t], "targets"))[0]
+          for s, t in SENTENCES]
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+
+
+REFUSED = [
+    ("attention_key_channels=16", "attention_key_channels=16 != attention_value_channels=32"),
+    ("layer_preprocess_sequence=n,layer_postprocess_sequence=dan",
+     "layer_preprocess_sequence='n' with layer_postprocess_sequence='dan'"),
+    ("layer_preprocess_sequence=none,layer_postprocess_sequence=da",
+     "layer_preprocess_sequence='none' with layer_postprocess_sequence='da'"),
+    ("self_attention_type=dot_product_relative,max_relative_position=4",
+     "self_attention_type='dot_product_relative' with pos='timing'"),
+    ("pos=emb,max_length=4096", "pos='emb' with max_length=4096"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", REFUSED)
+def test_unmappable_hparams_are_refused_by_name(overrides, message):
+  hp = create_hparams("transformer_tiny", SMALL + "," + overrides)
+  with pytest.raises(ctranslate2_export.NotConvertibleError, match=".*".join(
+      map(__import__("re").escape, message.split("*")))):
+    ctranslate2_export.check_convertible(hp)
+
+
+def test_cli_export_decode_and_refusals(tiny_trained_run, tmp_path, capsys):
+  """Exporter and decoder commands: one output line per input line (empty lines
+  too), the engine's flags refused without it, a missing model directory named."""
+  run, data_dir = tiny_trained_run
+  common = [f"--output_dir={run}", f"--data_dir={data_dir}"]
+  code, out, err = run_cli_output("t2t_keras.cli.exporter",
+                                  common + ["--export_format=ctranslate2"], capsys)
+  assert code == 0, err
+  model_dir = os.path.join(run, "export_ctranslate2")
+  assert os.path.isfile(os.path.join(model_dir, "model.bin")) and model_dir in out
+  source = tmp_path / "in.en"
+  source.write_text("the red house\n\nthe dog runs and the cat sees a dog\n", encoding="utf-8")
+  target = tmp_path / "out.de"
+  code, _, err = run_cli_output("t2t_keras.cli.decoder", common + [
+      "--engine=ctranslate2", "--compute_type=int8", f"--ctranslate2_model_dir={model_dir}",
+      f"--decode_from_file={source}", f"--decode_to_file={target}",
+      "--decode_hparams=beam_size=2,log_results=false"], capsys)
+  assert code == 0, err
+  lines = target.read_text(encoding="utf-8").split("\n")
+  assert lines[:3] == ["der rot Haus", "", "der Hund läuft und der Katze sieht ein Hund"]
+  code, _, err = run_cli_output("t2t_keras.cli.decoder", common + [
+      "--compute_type=int8", f"--decode_from_file={source}"], capsys)
+  assert code != 0 and "--compute_type applies to --engine=ctranslate2 only" in err
+  code, _, err = run_cli_output("t2t_keras.cli.decoder", common + [
+      "--engine=ctranslate2", f"--ctranslate2_model_dir={tmp_path / 'none'}",
+      f"--decode_from_file={source}"], capsys)
+  assert code != 0 and "is not a directory" in err and "--export_format=ctranslate2" in err
