@@ -96,20 +96,24 @@ def test_imported_run_layout_and_logits_equal_numpy_t2t(imported, loaded):
 
 
 def test_decoder_score_file_equals_numpy_log_probs(imported, loaded, tmp_path):
-  run_dir = imported[0]
-  encoders = loaded[4]
+  got, want = decoder_and_numpy_scores(imported[0], loaded[4], tmp_path)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def decoder_and_numpy_scores(run_dir, encoders, tmp_path, *flags):
+  """(t2t_keras_decoder --score_file of SENTENCES with `flags`, NumPy T2T's log-probs)."""
   score_file = tmp_path / "pairs.tsv"
   score_file.write_text("".join(f"{s}\t{t}\n" for s, t in SENTENCES), encoding="utf-8")
   result = subprocess.run([sys.executable, "-m", "t2t_keras.cli.decoder",
                            f"--output_dir={run_dir}", f"--data_dir={run_dir}",
-                           f"--score_file={score_file}"],
+                           f"--score_file={score_file}", *flags],
                           capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   got = [float(line) for line in result.stdout.split()]
   ref = _reference()
   want = [ref.log_prob(_ids(encoders, [s]), _ids(encoders, [t], "targets"))[0]
           for s, t in SENTENCES]
-  np.testing.assert_allclose(got, want, rtol=1e-5)
+  return got, want
 
 
 def test_exported_beam_search_equals_numpy_t2t_beam_search_per_sentence(imported, loaded,
