@@ -1,8 +1,9 @@
 """Decoding speed and quality, side by side in one sitting: t2t-keras vs CTranslate2.
 
 Engines: t2t-keras float32 (the decoder's default path: TensorFlow, XLA where
-`perf.inference` chooses it) and CTranslate2 float32, int8 and int8_float32 of
-the same weights (`t2t_keras.ctranslate2_export`). Both use every CPU of the
+`perf.inference` chooses it; in the worst case also with XLA, which the decoder
+takes for files of 2,000+ lines of such a model) and CTranslate2 float32, int8 and
+int8_float32 of the same weights (`t2t_keras.ctranslate2_export`). Both use every CPU of the
 process. Timed runs of the engines alternate (round-robin, `--repeats` rounds
 after one untimed warm-up each); medians are printed, with the ratio to
 t2t-keras float32.
@@ -15,7 +16,9 @@ Cases:
 * `test`: a trained run (`--output_dir`, e.g. the demo's `work/train` with
   `--checkpoint_path` its averaged checkpoint) on the test split of its problem
   in `--data_dir`, as `t2t_keras_decoder --eval_use_test_set` decodes it (text in,
-  text out, the decode hparams below), with each engine's sacreBLEU.
+  text out, the decode hparams below), with each engine's sacreBLEU; then where
+  int8's error comes from (int8 everywhere, as CTranslate2 loads it, against int8
+  embeddings and softmax projection only).
 
 Run:
   .venv/bin/python bench/bench_ctranslate2.py --cases=worst
@@ -25,6 +28,7 @@ Run:
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -119,6 +123,9 @@ def worst(args, tmp) -> None:
   with open(vocab, "w") as f:
     f.write("'a'\n")
   engines = _engines(model, None, _decode_hp(args), {"inputs": vocab, "targets": vocab}, tmp)
+  # The decoder's default for a file of 2,000+ lines with this model (perf.inference).
+  engines["t2t-keras float32 XLA"] = decode_text.TextDecoder(
+      model, None, _decode_hp(args), jit_compile=True, log=lambda _: None)
   for engine in engines.values():
     engine._start(len(rows))  # pylint: disable=protected-access
   calls = {name: (lambda e=engine: e._decode_batch(rows))  # pylint: disable=protected-access
@@ -156,6 +163,44 @@ def test(args, tmp) -> None:
   _print_table(f"test split: {problem_name}, {len(lines)} lines, {path}, beam "
                f"{args.beam_size}, alpha {args.alpha}, +{args.extra_length}, batches of "
                f"{args.batch}", len(lines), seconds, extra)
+  int8_error_parts(args, model, encoders, lines, refs, vocab_files, tmp)
+
+
+def int8_error_parts(args, model, encoders, lines, refs, vocab_files, tmp) -> None:
+  """Where int8's error comes from: log P(reference | source) of every test pair under
+  int8 everywhere (what CTranslate2 loads), and under int8 embeddings and softmax
+  projection only (the rest float32), against float32."""
+  from t2t_keras import bleu  # pylint: disable=g-import-not-at-top
+  float_dir = os.path.join(tmp, "ct2")  # written by _engines
+  spec = ctranslate2_export.build_spec(model)
+  spec.validate()
+  spec.optimize()
+  # CTranslate2's own per-row int8 scheme, applied to the lookup tables and projection.
+  spec._quantize("int8", variable_filter=lambda name: (  # pylint: disable=protected-access
+      "embeddings" in name or "projection" in name))
+  parts_dir = os.path.join(tmp, "ct2_int8_tables")
+  os.makedirs(parts_dir, exist_ok=True)
+  spec.save(parts_dir)
+  for side, path in vocab_files.items():
+    shutil.copyfile(path, os.path.join(parts_dir, ctranslate2_export.VOCAB_FILES[side]))
+  shutil.copyfile(os.path.join(float_dir, ctranslate2_export.INFO_FILE),
+                  os.path.join(parts_dir, ctranslate2_export.INFO_FILE))
+  decode_hp = _decode_hp(args)
+  variants = {"float32": (float_dir, "float32"), "int8 everywhere": (float_dir, "int8"),
+              "int8 embeddings and projection only": (parts_dir, "float32")}
+  scores, bleus = {}, {}
+  for name, (model_dir, compute_type) in variants.items():
+    engine = ctranslate2_decode.CTranslate2Decoder(model_dir, encoders, decode_hp,
+                                                   compute_type=compute_type,
+                                                   log=lambda _: None)
+    scores[name] = np.array(engine.score_pairs(lines, refs))
+    bleus[name] = bleu.corpus_bleu(engine.decode_lines(lines), refs, tokenize="intl")[0]
+  print("\nint8's error on the test pairs: mean |log P(reference | source) - float32's| "
+        "per sentence (nats), and test BLEU")
+  harness.print_table_header("| CTranslate2 weights | mean abs. difference | test BLEU |")
+  for name in variants:
+    diff = float(np.mean(np.abs(scores[name] - scores["float32"])))
+    print(f"| {name} | {diff:.4f} | {bleus[name]:.2f} |", flush=True)
 
 
 def main(argv: List[str]) -> None:

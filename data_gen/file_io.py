@@ -138,6 +138,19 @@ def readable_file_mode() -> int:
   return 0o666 & ~current_umask()
 
 
+def make_tree_readable(root: str) -> None:
+  """chmod every file under `root` to 0o666 & ~umask and every directory to 0o777 &
+  ~umask (files written through mkstemp, and directories made by mkdtemp, are private)."""
+  file_mode = readable_file_mode()
+  dir_mode = file_mode | ((file_mode & 0o444) >> 2)  # x wherever r
+  os.chmod(root, dir_mode)
+  for directory, dirs, files in os.walk(root):
+    for name in dirs:
+      os.chmod(os.path.join(directory, name), dir_mode)
+    for name in files:
+      os.chmod(os.path.join(directory, name), file_mode)
+
+
 def _is_remote(path: str) -> bool:
   return "://" in path
 

@@ -29,6 +29,7 @@ from typing import Callable, Dict, List, Sequence, Tuple
 import numpy as np
 
 from data_gen.text_encoder import EOS_ID
+from t2t_keras import errors
 from t2t_keras.ctranslate2_export import INFO_FILE, MAX_POSITIONS
 from t2t_keras.decode_text import LineDecoder
 from t2t_keras.hparams import DecodeHParams
@@ -96,7 +97,15 @@ class CTranslate2Decoder(LineDecoder):
                               "is missing); write one with t2t_keras_exporter "
                               "--export_format=ctranslate2.")
     with open(info_path) as f:
-      self.max_positions = json.load(f).get("max_positions", MAX_POSITIONS)
+      info = json.load(f)
+    self.max_positions = info.get("max_positions", MAX_POSITIONS)
+    for side, key in (("inputs", "input_vocab_size"), ("targets", "target_vocab_size")):
+      size = getattr((encoders or {}).get(side), "vocab_size", None)
+      if size is not None and size != info[key]:
+        raise errors.RunError(
+            f"{model_dir} was exported with {key} {info[key]}, but the {side} vocabulary "
+            f"has {size} ids: it belongs to another run; export this run with "
+            "t2t_keras_exporter --export_format=ctranslate2.")
     threads = threads or len(os.sched_getaffinity(0))
     self.compute_type = compute_type
     self.translator = ctranslate2.Translator(model_dir, device="cpu",
@@ -116,7 +125,7 @@ class CTranslate2Decoder(LineDecoder):
   def _check_length(self, rows: List[List[int]], decode_length: int = 0) -> None:
     longest = max(len(r) for r in rows)
     if longest > self.max_positions or decode_length > self.max_positions:
-      raise ValueError(
+      raise errors.RunError(
           f"an input of {longest} ids (with extra_length {self.decode_hp.extra_length}: up "
           f"to {decode_length} output ids) exceeds the {self.max_positions} positions of the "
           "CTranslate2 export; cut inputs with --decode_hparams=max_input_size=N or use "

@@ -37,6 +37,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from data_gen import file_io
 from t2t_keras.hparams import HParams
 
 # Rows of the exported position tables: inputs and outputs up to this many ids.
@@ -212,25 +213,30 @@ def _learned(position) -> Optional[np.ndarray]:
   return position.embedding.numpy() if position.pos == "emb" else None
 
 
-def export(model, vocab_files: Dict[str, str], export_dir: str,
-           quantization: Optional[str] = None) -> str:
+def export(model, vocab_files: Dict[str, str], export_dir: str) -> str:
   """Writes the CTranslate2 model of `model` to `export_dir` (replaced whole, atomically).
 
   Args:
     model: a built Transformer with its trained weights.
     vocab_files: {"inputs": path, "targets": path} subword vocabularies, copied beside it.
-    export_dir: the directory to write (its parent must exist or is created).
-    quantization: weights stored as "float32" (None: the same) or "int8", ...;
-      `compute_type` at load time may change them again.
+    export_dir: the directory to write (its parent is created if missing): new, empty,
+      or a previous export, which is replaced once the new one is complete.
   Returns:
     export_dir.
   """
+  if os.path.isdir(export_dir) and os.listdir(export_dir) and not os.path.isfile(
+      os.path.join(export_dir, INFO_FILE)):
+    raise FileExistsError(
+        f"{export_dir} holds files but is not a CTranslate2 export of this project (no "
+        f"{INFO_FILE}); give a new or empty directory: an export replaces its directory "
+        "whole.")
   spec = build_spec(model)
   spec.validate()
-  spec.optimize(quantization=quantization)
+  spec.optimize()  # float32 weights; the decoder's compute_type quantizes on load
   parent = os.path.dirname(os.path.abspath(export_dir))
   os.makedirs(parent, exist_ok=True)
   staging = tempfile.mkdtemp(prefix=".ctranslate2-", dir=parent)
+  old = None
   try:
     spec.save(staging)
     for side, path in vocab_files.items():
@@ -241,15 +247,17 @@ def export(model, vocab_files: Dict[str, str], export_dir: str,
             "vocab_files": VOCAB_FILES, "hparams": model.hparams.to_dict()}
     with open(os.path.join(staging, INFO_FILE), "w") as f:
       json.dump(info, f, indent=1, sort_keys=True)
-    if os.path.isdir(export_dir):
-      old = export_dir.rstrip("/") + ".old"
-      shutil.rmtree(old, ignore_errors=True)
-      os.rename(export_dir, old)
-      os.rename(staging, export_dir)
-      shutil.rmtree(old)
-    else:
-      os.rename(staging, export_dir)
+    file_io.make_tree_readable(staging)
+    if os.path.isdir(export_dir):  # the previous export, moved aside until the new one is in
+      old = tempfile.mkdtemp(prefix=".ctranslate2-old-", dir=parent)
+      os.rename(export_dir, os.path.join(old, "export"))
+    os.rename(staging, export_dir)
   except BaseException:
     shutil.rmtree(staging, ignore_errors=True)
+    if old is not None and not os.path.exists(export_dir):
+      os.rename(os.path.join(old, "export"), export_dir)
     raise
+  finally:
+    if old is not None:
+      shutil.rmtree(old, ignore_errors=True)
   return export_dir

@@ -224,19 +224,6 @@ def _warmup_requests(module: ServingModule, encoders: Dict) -> List:
   return logs
 
 
-def _make_readable(root: str) -> None:
-  """chmod every file to 0o666 & ~umask and dir to 0o777 & ~umask (a vocab written
-  through mkstemp is 0600, and its assets/ copy would be too)."""
-  file_mode = file_io.readable_file_mode()
-  dir_mode = file_mode | ((file_mode & 0o444) >> 2)  # x wherever r
-  os.chmod(root, dir_mode)
-  for directory, dirs, files in os.walk(root):
-    for name in dirs:
-      os.chmod(os.path.join(directory, name), dir_mode)
-    for name in files:
-      os.chmod(os.path.join(directory, name), file_mode)
-
-
 def remove_stale_exports(export_dir: str, max_age_secs: float = STALE_EXPORT_SECONDS) -> List[str]:
   """Removes the temp dirs of killed exporters; returns their paths.
 
@@ -310,7 +297,7 @@ def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHP
       with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILENAME)) as writer:
         for log in _warmup_requests(module, encoders):
           writer.write(log.SerializeToString())
-      _make_readable(write.tmp)
+      file_io.make_tree_readable(write.tmp)
   except (OSError, tf.errors.OpError) as e:
     if _is_full_disk(e):
       raise errors.StorageError(

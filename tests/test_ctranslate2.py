@@ -248,3 +248,100 @@ def test_cli_export_decode_and_refusals(tiny_trained_run, tmp_path, capsys):
       "--engine=ctranslate2", f"--ctranslate2_model_dir={tmp_path / 'none'}",
       f"--decode_from_file={source}"], capsys)
   assert code != 0 and "is not a directory" in err and "--export_format=ctranslate2" in err
+
+
+@pytest.fixture(scope="module")
+def untrained_runs(tmp_path_factory):
+  """Two untrained runs of the tiny problem: "ok" (learned positions, converts) and
+  "narrow_keys" (attention_key_channels 8 of hidden 16: CTranslate2 cannot hold it)."""
+  from data_gen import registry
+  from t2t_keras import run_dir
+  root = str(tmp_path_factory.mktemp("ct2_untrained"))
+  data_dir = tiny_problem.make_tiny_problem(root, train=200, dev=8)
+  problem = registry.problem("translate_from_files", data_dir)
+  encoders = problem.feature_encoders(data_dir)
+  spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size, 0)
+  base = "num_hidden_layers=1,hidden_size=16,filter_size=32,num_heads=2,pos=emb,max_length=16"
+  runs = {}
+  for name, overrides in (("ok", base), ("narrow_keys", base + ",attention_key_channels=8")):
+    tf.keras.utils.set_random_seed(0)
+    hp = create_hparams("transformer_tiny", overrides)
+    runs[name] = os.path.join(root, name)
+    run_dir.save_or_check_run_files(runs[name], hp, "translate_from_files", spec,
+                                    run_dir.vocab_record(problem, data_dir, encoders))
+    checkpoint = tf.train.Checkpoint(model=run_dir.build_model(hp, spec))
+    tf.train.CheckpointManager(checkpoint, runs[name], 1).save(1)
+  return runs, data_dir, root
+
+
+def _one_line_error(code, err, *values):
+  lines = [line for line in err.splitlines() if line.strip()]
+  assert code == 2 and "Traceback" not in err, err[-3000:]
+  assert lines[-1].startswith("prog: error: "), err[-3000:]
+  for value in values:
+    assert value in lines[-1], (value, lines[-1])
+
+
+def test_cli_refuses_an_unconvertible_run_by_name(untrained_runs, tmp_path, capsys):
+  runs, data_dir, _ = untrained_runs
+  common = [f"--output_dir={runs['narrow_keys']}", f"--data_dir={data_dir}"]
+  code, _, err = run_cli_output("t2t_keras.cli.exporter",
+                                common + ["--export_format=ctranslate2"], capsys)
+  _one_line_error(code, err, "cannot be exported to CTranslate2",
+                  "attention_key_channels=8 != attention_value_channels=16")
+  assert not os.path.exists(os.path.join(runs["narrow_keys"], "export_ctranslate2"))
+  source = tmp_path / "in.en"
+  source.write_text("the red house\n", encoding="utf-8")
+  code, _, err = run_cli_output("t2t_keras.cli.decoder", common + [
+      "--engine=ctranslate2", f"--decode_from_file={source}"], capsys)
+  _one_line_error(code, err, "cannot be converted", "attention_key_channels=8",
+                  "--engine=tensorflow")
+
+
+def test_export_replaces_only_its_own_directory(untrained_runs, capsys):
+  """A previous export is replaced whole, readable by others; a directory holding
+  other files is refused, untouched."""
+  runs, data_dir, root = untrained_runs
+  common = [f"--output_dir={runs['ok']}", f"--data_dir={data_dir}",
+            "--export_format=ctranslate2"]
+  target = os.path.join(root, "exported")
+  for _ in range(2):
+    code, _, err = run_cli_output("t2t_keras.cli.exporter",
+                                  common + [f"--export_dir={target}"], capsys)
+    assert code == 0, err
+  mode = 0o666 & ~_umask()
+  assert all(os.stat(os.path.join(target, name)).st_mode & 0o777 == mode
+             for name in os.listdir(target))
+  assert not [name for name in os.listdir(root) if name.startswith(".ctranslate2")]
+  foreign = os.path.join(root, "notes")
+  os.makedirs(foreign)
+  with open(os.path.join(foreign, "keep.txt"), "w") as f:
+    f.write("mine\n")
+  code, _, err = run_cli_output("t2t_keras.cli.exporter",
+                                common + [f"--export_dir={foreign}"], capsys)
+  _one_line_error(code, err, "not a CTranslate2 export", "new or empty directory")
+  assert os.listdir(foreign) == ["keep.txt"]
+
+
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
+def test_input_past_the_position_table_is_one_line(untrained_runs, tmp_path, capsys):
+  runs, data_dir, _ = untrained_runs
+  source = tmp_path / "long.en"
+  words = ctranslate2_export.MAX_POSITIONS + 10  # at least one subword token each
+  source.write_text("the red house\n" + " ".join(["dog"] * words) + "\n", encoding="utf-8")
+  code, _, err = run_cli_output("t2t_keras.cli.decoder", [
+      f"--output_dir={runs['ok']}", f"--data_dir={data_dir}", "--engine=ctranslate2",
+      f"--decode_from_file={source}", "--decode_hparams=beam_size=1,log_results=false"],
+      capsys)
+  _one_line_error(code, err, f"exceeds the {ctranslate2_export.MAX_POSITIONS} positions",
+                  "max_input_size")
+  code, out, err = run_cli_output("t2t_keras.cli.decoder", [
+      f"--output_dir={runs['ok']}", f"--data_dir={data_dir}", "--engine=ctranslate2",
+      f"--decode_from_file={source}",
+      "--decode_hparams=beam_size=1,log_results=false,max_input_size=100"], capsys)
+  assert code == 0 and len(out.splitlines()) == 2 and "Truncated 1 input line" in err, err

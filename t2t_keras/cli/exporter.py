@@ -86,7 +86,10 @@ def _export_ctranslate2():
     ctranslate2_export.check_convertible(hparams)
   except ctranslate2_export.NotConvertibleError as e:
     raise app.UsageError(f"{FLAGS.output_dir} cannot be exported to CTranslate2: {e}") from None
-  target = ctranslate2_export.export(model, vocab_files, export_dir)
+  try:
+    target = ctranslate2_export.export(model, vocab_files, export_dir)
+  except FileExistsError as e:
+    raise app.UsageError(f"--export_dir: {e}") from None
   print(f"Exported {target} (CTranslate2; decode with t2t_keras_decoder --engine=ctranslate2 "
         f"--ctranslate2_model_dir={target})", flush=True)
 
