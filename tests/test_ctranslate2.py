@@ -345,3 +345,36 @@ def test_input_past_the_position_table_is_one_line(untrained_runs, tmp_path, cap
       f"--decode_from_file={source}",
       "--decode_hparams=beam_size=1,log_results=false,max_input_size=100"], capsys)
   assert code == 0 and len(out.splitlines()) == 2 and "Truncated 1 input line" in err, err
+
+
+def test_int8_quantizes_the_embeddings_and_projection_too(tmp_path):
+  """What the README says of --compute_type=int8. The float32 export loaded as int8
+  scores exactly as a model saved with every matrix int8, tables included (so its
+  tables are int8 too), and so does a model saved with int8 layers and float32 tables
+  (so those are re-quantized on load)."""
+  import ctranslate2
+  model = _random_model("shared_embedding_and_softmax_weights=false", seed=3)
+  rng = np.random.default_rng(2)
+  sources, targets = _rows(rng, [5, 8, 3]), _rows(rng, [6, 4, 7])
+  scores = {}
+  for name, saved_int8, compute_type in (("float32", None, "float32"),
+                                         ("int8", None, "int8"),
+                                         ("all_int8", "all", "default"),
+                                         ("layers_int8", "layers", "default")):
+    spec = ctranslate2_export.build_spec(model)
+    spec.validate()
+    spec.optimize()
+    if saved_int8:  # CTranslate2's own int8 scheme, applied before saving
+      layers = lambda n: not ("embeddings" in n or "projection" in n)
+      spec._quantize("int8", variable_filter=(  # pylint: disable=protected-access
+          layers if saved_int8 == "layers" else None))
+    model_dir = str(tmp_path / name)
+    os.makedirs(model_dir)
+    spec.save(model_dir)
+    translator = ctranslate2.Translator(model_dir, compute_type=compute_type)
+    results = translator.score_batch([[str(i) for i in s] for s in sources],
+                                     [[str(i) for i in t[:-1]] for t in targets])
+    scores[name] = np.array([sum(r.log_probs) for r in results])
+  assert np.abs(scores["int8"] - scores["float32"]).max() > 1e-3  # int8 changes them
+  np.testing.assert_array_equal(scores["all_int8"], scores["int8"])
+  np.testing.assert_array_equal(scores["layers_int8"], scores["int8"])
