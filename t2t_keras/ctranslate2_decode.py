@@ -122,13 +122,12 @@ class CTranslate2Decoder(LineDecoder):
             for group in [by_length[length]]
             for begin in range(0, len(group), self.batch_size)]
 
-  def _check_length(self, rows: List[List[int]], decode_length: int = 0) -> None:
-    longest = max(len(r) for r in rows)
-    if longest > self.max_positions or decode_length > self.max_positions:
+  def _check_length(self, longest: int, what: str) -> None:
+    """A RunError when `longest` ids (of `what`) need more positions than the export has."""
+    if longest > self.max_positions:
       raise errors.RunError(
-          f"an input of {longest} ids (with extra_length {self.decode_hp.extra_length}: up "
-          f"to {decode_length} output ids) exceeds the {self.max_positions} positions of the "
-          "CTranslate2 export; cut inputs with --decode_hparams=max_input_size=N or use "
+          f"{what} of {longest} ids exceeds the {self.max_positions} positions of the "
+          "CTranslate2 export; cut inputs with --decode_hparams=max_input_size=N, or use "
           "the TensorFlow decoder.")
 
   def _search_options(self) -> Dict:
@@ -146,7 +145,8 @@ class CTranslate2Decoder(LineDecoder):
 
   def _decode_batch(self, rows):
     cap = len(rows[0]) + self.decode_hp.extra_length  # one input length per batch
-    self._check_length(rows, cap)
+    self._check_length(cap, f"an input of {len(rows[0])} ids + extra_length "
+                       f"{self.decode_hp.extra_length} (its output cap)")
     results = self.translator.translate_batch(
         [[str(i) for i in row] for row in rows], max_decoding_length=cap,
         **self._search_options())
@@ -167,7 +167,7 @@ class CTranslate2Decoder(LineDecoder):
     return ids, scores
 
   def _score_batch(self, sources, targets):
-    self._check_length(sources + targets)
+    self._check_length(max(len(r) for r in sources + targets), "a source or target")
     # CTranslate2 appends EOS to each target itself.
     results = self.translator.score_batch(
         [[str(i) for i in s] for s in sources], [[str(i) for i in t[:-1]] for t in targets],

@@ -378,3 +378,21 @@ def test_int8_quantizes_the_embeddings_and_projection_too(tmp_path):
   assert np.abs(scores["int8"] - scores["float32"]).max() > 1e-3  # int8 changes them
   np.testing.assert_array_equal(scores["all_int8"], scores["int8"])
   np.testing.assert_array_equal(scores["layers_int8"], scores["int8"])
+
+
+def test_sampling_maps_t2t_settings(tmp_path):
+  """sampling_method=random: keep_top_k=1 is argmax (greedy's output); -1 samples the
+  whole distribution: draws differ (CTranslate2's seed fixed, so this cannot flake)."""
+  import ctranslate2
+  model = _random_model("", seed=2)
+  rows = _rows(np.random.default_rng(1), [4] * 6)
+  greedy = _engine(model, tmp_path, DecodeHParams(beam_size=1))
+  model_dir = str(tmp_path / "ct2")
+  sample = lambda top_k: ctranslate2_decode.CTranslate2Decoder(
+      model_dir, None, DecodeHParams(beam_size=1, sampling_method="random",
+                                     sampling_temp=1.0, sampling_keep_top_k=top_k))
+  assert sample(1)._decode_batch(rows)[0] == greedy._decode_batch(rows)[0]
+  whole = sample(-1)
+  ctranslate2.set_random_seed(7)
+  draws = {tuple(map(tuple, whole._decode_batch(rows)[0])) for _ in range(5)}
+  assert len(draws) >= 2
