@@ -14,9 +14,9 @@ r"""t2t_keras_decoder: translate with a trained run (T2T's t2t-decoder and its f
   t2t_keras_decoder --engine=ctranslate2 --compute_type=int8 --output_dir=$TRAIN \
       --data_dir=$DATA --decode_from_file=newstest2014.en --decode_to_file=out.de
 
-decodes through CTranslate2 (`pip install -e '.[ct2]'`): the run is converted
-in memory, or --ctranslate2_model_dir names a t2t_keras_exporter
---export_format=ctranslate2 directory. Same flags, files and output lines; the
+decodes through CTranslate2 (`pip install -e '.[ct2]'`): the checkpoint is
+converted into a temporary directory, or --ctranslate2_model_dir names a
+t2t_keras_exporter --export_format=ctranslate2 directory. Same flags, files and output lines; the
 beam search is CTranslate2's with T2T's length penalty applied to its n-best
 (README, "CTranslate2").
 
