@@ -48,7 +48,6 @@ from t2t_keras import decode_text  # noqa: E402  pylint: disable=g-import-not-at
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.model import Transformer  # noqa: E402  pylint: disable=g-import-not-at-top
 
-COMPUTE_TYPES = ("float32", "int8", "int8_float32")
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
@@ -82,7 +81,7 @@ def _engines(model, encoders, decode_hp, vocab_files, tmp) -> Dict[str, decode_t
   model_dir = ctranslate2_export.export(model, vocab_files, os.path.join(tmp, "ct2"))
   engines = {"t2t-keras float32": decode_text.TextDecoder(model, encoders, decode_hp,
                                                           log=lambda _: None)}
-  for compute_type in COMPUTE_TYPES:
+  for compute_type in ctranslate2_decode.COMPUTE_TYPES:
     engines[f"CTranslate2 {compute_type}"] = ctranslate2_decode.CTranslate2Decoder(
         model_dir, encoders, decode_hp, compute_type=compute_type, log=lambda _: None)
   return engines
@@ -149,8 +148,7 @@ def test(args, tmp) -> None:
   refs = read(problem.reference_file(args.data_dir, "test"))
   if args.max_lines:
     lines, refs = lines[:args.max_lines], refs[:args.max_lines]
-  vocab_files = {side: os.path.join(args.data_dir, problem.vocab_filenames[side])
-                 for side in ("inputs", "targets")}
+  vocab_files = problem.vocab_paths(args.data_dir)
   engines = _engines(model, encoders, _decode_hp(args), vocab_files, tmp)
   calls = {name: (lambda e=engine: e.decode_lines(lines)) for name, engine in engines.items()}
   seconds, outputs = _time_round_robin(calls, args.repeats)

@@ -198,6 +198,10 @@ class Text2TextProblem(Problem):
     encoders = {side: by_file[self.vocab_filenames[side]] for side in ("inputs", "targets")}
     return encoders
 
+  def vocab_paths(self, data_dir: str) -> Dict[str, str]:
+    """{"inputs": path, "targets": path} of the vocab files in data_dir."""
+    return {side: os.path.join(data_dir, name) for side, name in self.vocab_filenames.items()}
+
   def feature_encoders(self, data_dir: str) -> Dict[str, Any]:
     """{"inputs": encoder, "targets": encoder} read from data_dir."""
     return self.get_or_create_vocab(data_dir, None, force_get=True)

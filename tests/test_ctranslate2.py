@@ -136,8 +136,7 @@ def trained(tiny_trained_run, tmp_path_factory):
   tiny_problem.write_parallel(str(root / "held_out"), 128, seed=11)
   lines = (root / "held_out.en").read_text(encoding="utf-8").splitlines()
   model_dir = str(root / "ct2")
-  ctranslate2_export.export(model, {side: os.path.join(data_dir, problem.vocab_filenames[side])
-                                    for side in ("inputs", "targets")}, model_dir)
+  ctranslate2_export.export(model, problem.vocab_paths(data_dir), model_dir)
   return model, encoders, lines, model_dir
 
 

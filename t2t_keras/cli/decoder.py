@@ -158,8 +158,7 @@ def _ctranslate2_decoder(model, problem, encoders, decode_hp, log):
   except ctranslate2_export.NotConvertibleError as e:
     raise app.UsageError(f"--engine=ctranslate2: {FLAGS.output_dir} cannot be converted: "
                          f"{e} Use --engine=tensorflow.") from None
-  vocab = {side: os.path.join(FLAGS.data_dir, problem.vocab_filenames[side])
-           for side in ("inputs", "targets")}
+  vocab = problem.vocab_paths(FLAGS.data_dir)
   with tempfile.TemporaryDirectory(prefix="t2t-keras-ctranslate2-") as tmp:
     model_dir = ctranslate2_export.export(model, vocab, os.path.join(tmp, "model"))
     log(f"Converted {FLAGS.output_dir} to CTranslate2 ({FLAGS.compute_type}).")

@@ -62,8 +62,7 @@ def main(argv):
         f"<export_dir>/<N>. Give --export_dir={base or '.'} to write its next version.")
   file_checks.check_output_dir("export_dir", export_dir)
   model, hparams, problem, encoders = common_flags.load_trained_run()
-  vocab_files = {side: os.path.join(FLAGS.data_dir, problem.vocab_filenames[side])
-                 for side in ("inputs", "targets")}
+  vocab_files = problem.vocab_paths(FLAGS.data_dir)
   print(f"Exporting with {decode_hp} ...", file=sys.stderr, flush=True)
   target = export.export_saved_model(model, hparams, decode_hp, vocab_files, export_dir,
                                      encoders=encoders)
@@ -80,8 +79,7 @@ def _export_ctranslate2():
   export_dir = FLAGS.export_dir or ctranslate2_decode.default_model_dir(FLAGS.output_dir or "")
   file_checks.check_output_dir("export_dir", export_dir)
   model, hparams, problem, _ = common_flags.load_trained_run()
-  vocab_files = {side: os.path.join(FLAGS.data_dir, problem.vocab_filenames[side])
-                 for side in ("inputs", "targets")}
+  vocab_files = problem.vocab_paths(FLAGS.data_dir)
   try:
     ctranslate2_export.check_convertible(hparams)
   except ctranslate2_export.NotConvertibleError as e:
