@@ -268,13 +268,14 @@ class Experiment:
     self._log_state = (start_time, step, 0.0)  # time, step and tokens of the last log line
     tokens, last, reason = 0.0, {}, ""
     while not reason:
+      attempted = step + 1  # under float16 loss scaling a skipped update leaves the step
       last = self.trainer.train_step(iterator)
       if self._after_first_step is not None:
         self._after_first_step()
         self._after_first_step = None  # once per process run
       self._mark_unsaved(True)
       step = self.trainer.step
-      self._stop_if_diverged(start_step, step, training.non_finite_metrics(
+      self._stop_if_diverged(start_step, attempted, training.non_finite_metrics(
           last, self.trainer.loss_scaled))
       tokens += last["tokens"]
       reason = self._stop_reason(step, budget_start)

@@ -1,8 +1,9 @@
 """A diverging run never leaves a non-finite checkpoint, and no command uses one.
 
-The real t2t_keras_trainer with a huge constant learning rate must stop with exit
-status 3 and one line naming the step, what became non-finite and the last finite
-checkpoint, having written only checkpoints whose every tensor is finite (read
+The real t2t_keras_trainer with a learning rate that becomes inf at update 3
+(float32 overflow, so on every CPU; see DIVERGING) must stop with exit status 3 and
+one line naming the step, what became non-finite and the last finite checkpoint,
+having written only checkpoints whose every tensor is finite (read
 back here with numpy). In process, a weight made NaN by an update whose loss was
 finite (the loss is computed before the update and cannot see it), or a NaN
 gradient norm, must stop training before that step's checkpoint; under float16
@@ -34,10 +35,20 @@ from t2t_keras.training import Trainer, create_strategy
 REPO = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
 HP = "num_hidden_layers=1,hidden_size=16,filter_size=32,num_heads=2,batch_size=128"
-# With seed 0 this blows up within ten steps on the tiny problem: the loss stays
-# finite (about 1e11) while the gradient norm overflows and an update makes the
-# weights NaN; before the fix such a checkpoint was saved.
-DIVERGING = HP + ",learning_rate_schedule=constant,learning_rate_constant=1e5"
+# Diverges at update 3 on every CPU, in every precision, whatever the kernels: the rate is
+# 10 * 1e38 ** floor(s / 2) at update s = 0, 1, 2 (exp_decay, staircase, no warmup), so
+# 10 for the first two updates (the weights move by tens at most: every later value is
+# far inside float32's range, ~3.4e38) and 10 * 1e38 = inf for the third (float32 rounds
+# the product up to inf, and pow's rounding error of a few ulps cannot bring 1e39 below
+# 3.4e38). Adam's step lr * m / (sqrt(v) + eps) is then +-inf where m != 0 and NaN where
+# m == 0 (inf * 0): IEEE arithmetic, not a kernel's accumulation order, decides it, so
+# every weight is non-finite after update 3 while the loss of step 3 (computed before
+# that update) is finite. A huge constant rate is not enough: whether it overflows
+# depends on the layer norms and matmuls of the CPU (it did not diverge on an AMX Xeon).
+DIVERGING = HP + (",learning_rate_schedule=constant*exp_decay,learning_rate_constant=10,"
+                  "learning_rate_warmup_steps=0,learning_rate_decay_steps=2,"
+                  "learning_rate_decay_staircase=true,learning_rate_decay_rate=1e38")
+DIVERGING_STEP = 3
 EMBEDDING = "transformer/shared/weights"
 
 
@@ -94,11 +105,10 @@ def test_trainer_cli_stops_with_status_3_and_leaves_only_finite_checkpoints(dive
   proc, output_dir = diverged
   assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-3000:]
   line = _one_error_line(proc.stderr, "t2t_keras_trainer")
-  match = re.search(r"training diverged at step (\d+): (the loss|the gradient norm|the weight "
-                    r"\S+) became (nan|inf|NaN)", line)
+  match = re.search(r"training diverged at step (\d+): the weight \S+ became (inf|NaN)", line)
   assert match, line
   step = int(match.group(1))
-  assert 1 < step < 30
+  assert step == DIVERGING_STEP, line
   # Every step was to be saved: all before the divergence were, and nothing after.
   assert _steps(output_dir) == list(range(1, step))
   assert f"the last finite checkpoint is {output_dir}/ckpt-{step - 1}." in line
@@ -192,6 +202,29 @@ def test_under_float16_loss_scaling_a_nan_gradient_norm_is_a_skipped_step(tiny, 
   assert _steps(output_dir) == [1, 2, 3]
   # The loss is still checked there.
   assert training.non_finite_metrics({"loss": float("inf"), "grad_norm": 1.0}, True)
+
+
+def test_a_nan_loss_of_a_skipped_update_names_the_step_it_attempted(tiny, tmp_path,
+                                                                      monkeypatch):
+  """Under float16 loss scaling an update with non-finite gradients is skipped, so the
+  optimizer's step does not advance: a NaN loss there is reported at the step the
+  update was for (2), not at the saved step before it."""
+  output_dir = str(tmp_path / "run")
+  monkeypatch.setattr(Trainer, "loss_scaled", property(lambda self: True))
+
+  def skipped_nan_at_2(trainer, out):
+    if trainer.step == 2:  # as LossScaleOptimizer does: no update, the step stays 1
+      trainer.optimizer.iterations.assign_sub(1)
+      return dict(out, loss=float("nan"), grad_norm=float("nan"))
+    return out
+
+  with pytest.raises(errors.DivergenceError,
+                     match=rf"at step 2: the loss became nan.*last finite checkpoint is "
+                           rf"{output_dir}/ckpt-1\."):
+    _experiment(tiny, output_dir, skipped_nan_at_2).train()
+  assert _steps(output_dir) == [1]
+  assert (_run_json(output_dir)["stop_reason"], _run_json(output_dir)["stop_step"]) == (
+      "diverged", 2)
 
 
 # -- A NaN checkpoint, as an older version saved one --------------------------------------

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Runs the kernel-sensitive tests under every oneDNN setting this machine can take, so
+# that one machine stands in for the CPUs users have: oneDNN off (TensorFlow's Eigen
+# kernels) and on, and oneDNN capped at each instruction-set level below this CPU's own
+# (AVX2 = an AVX2-only EPYC; AVX512_CORE = AVX-512 without bfloat16; AVX512_CORE_BF16 =
+# Zen 4 / Cooper Lake; AVX512_CORE_AMX = Sapphire Rapids). CTranslate2 and XLA are capped
+# at the same level (CT2_FORCE_CPU_ISA, --xla_cpu_max_isa). Last, where qemu-user is
+# installed, a subset under QEMU's emulation of an AVX2-only CPU (pytest_on_emulated_cpu.sh),
+# where TensorFlow's own CPU detection sees no AVX-512 at all.
+#
+#   tests/scripts/cpu_matrix.sh                 # the default test files
+#   tests/scripts/cpu_matrix.sh tests/test_dense.py tests/test_layer_norm.py
+#   CPU_MATRIX_QEMU_TESTS="tests/test_dense.py" tests/scripts/cpu_matrix.sh
+#   CPU_MATRIX_SKIP_QEMU=1 tests/scripts/cpu_matrix.sh
+#
+# A setting that crashes TensorFlow (a segfault was seen with oneDNN capped at AVX2 and
+# bfloat16 matmuls) is reported as such and the next setting runs. Prints a table:
+# setting x passed / failed / errors / outcome; exits 1 if any row that ran had a failure.
+# Takes about 5-10 minutes a row on 2 cores; logs go to $CPU_MATRIX_LOGS (a temp dir).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+PY=${PY:-.venv/bin/python}
+if [ ! -x "$PY" ]; then
+  echo "$0: $PY not found; run 'make install' first (or set PY=path/to/python)." >&2
+  exit 2
+fi
+if [ $# -gt 0 ]; then
+  TESTS=("$@")
+else
+  TESTS=(tests/test_dense.py tests/test_layer_norm.py tests/test_plain_ops.py
+         tests/test_layers.py tests/test_model.py tests/test_decoding.py
+         tests/test_beam_search.py tests/test_relative_attention.py
+         tests/test_mixed_precision_training.py tests/test_training.py
+         tests/test_ctranslate2.py tests/test_faults_divergence.py tests/test_export.py
+         tests/test_t2t_import.py)
+fi
+QEMU_TESTS=${CPU_MATRIX_QEMU_TESTS:-"tests/test_dense.py tests/test_layer_norm.py tests/test_mixed_precision_training.py"}
+QEMU_CPU=${CPU_MATRIX_QEMU_CPU:-EPYC-Milan}
+LOGS=${CPU_MATRIX_LOGS:-$(mktemp -d /tmp/cpu_matrix.XXXXXX)}
+mkdir -p "$LOGS"
+
+# oneDNN's ISA levels, lowest first, with the /proc/cpuinfo flags each needs.
+LEVELS=(AVX2 AVX512_CORE AVX512_CORE_BF16 AVX512_CORE_AMX)
+declare -A NEEDS=([AVX2]="avx2 fma" [AVX512_CORE]="avx512f avx512bw avx512vl avx512dq"
+                  [AVX512_CORE_BF16]="avx512_bf16" [AVX512_CORE_AMX]="amx_bf16 amx_tile")
+declare -A CT2_ISA=([AVX2]=AVX2 [AVX512_CORE]=AVX512 [AVX512_CORE_BF16]=AVX512
+                    [AVX512_CORE_AMX]=AVX512)
+declare -A XLA_ISA=([AVX2]=AVX2 [AVX512_CORE]=AVX512 [AVX512_CORE_BF16]=AVX512_BF16
+                    [AVX512_CORE_AMX]=AMX)
+FLAGS=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+MODEL=$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//')
+own=""
+for level in "${LEVELS[@]}"; do
+  ok=1
+  for flag in ${NEEDS[$level]}; do
+    [[ "$FLAGS" == *" $flag "* ]] || ok=0
+  done
+  [ $ok = 1 ] && own=$level || break
+done
+echo "CPU: ${MODEL:-unknown}; oneDNN's level here: ${own:-below AVX2}"
+echo "Tests: ${TESTS[*]}"
+echo "Logs: $LOGS"
+echo
+
+ROWS=()
+FAILED=0
+
+# run_row NAME LOGFILE COMMAND...: runs one setting, appends its table row.
+run_row() {
+  local name="$1" log="$2"; shift 2
+  local start=$SECONDS
+  echo "== $name"
+  "$@" >"$log" 2>&1
+  local rc=$? secs=$((SECONDS - start))
+  local summary passed failed errors outcome
+  summary=$(grep -E "^(=+ )?[0-9]+ (passed|failed|error)" "$log" | tail -1)
+  passed=$(grep -oE "[0-9]+ passed" <<<"$summary" | grep -oE "[0-9]+" || true)
+  failed=$(grep -oE "[0-9]+ failed" <<<"$summary" | grep -oE "[0-9]+" || true)
+  errors=$(grep -oE "[0-9]+ errors?" <<<"$summary" | grep -oE "[0-9]+" || true)
+  passed=${passed:-0}; failed=${failed:-0}; errors=${errors:-0}
+  local crashes
+  crashes=$(grep -cE "node down|crashed|Segmentation fault|Fatal Python error" "$log" || true)
+  if [ $rc -ge 128 ] || [ -z "$summary" ]; then
+    outcome="CRASHED (exit $rc; TensorFlow does not run under this setting)"
+  elif [ "$crashes" -gt 0 ]; then
+    outcome="worker crashed ($crashes); the rest ran"
+    FAILED=1
+  elif [ "$failed" -gt 0 ] || [ "$errors" -gt 0 ]; then
+    outcome="FAILED"
+    FAILED=1
+  else
+    outcome="ok"
+  fi
+  echo "   $passed passed, $failed failed, $errors errors, ${secs}s: $outcome"
+  [ "$outcome" = ok ] || grep -E "^(FAILED|ERROR) " "$log" | head -20 | sed 's/^/   /'
+  ROWS+=("$(printf '| %-58s | %6s | %6s | %6s | %5ss | %s |' "$name" "$passed" "$failed" \
+    "$errors" "$secs" "$outcome")")
+}
+
+PYTEST=("$PY" -m pytest -q -n 2 --dist loadfile -p no:cacheprovider "${TESTS[@]}")
+run_row "TF_ENABLE_ONEDNN_OPTS=0" "$LOGS/onednn0.log" \
+  env TF_ENABLE_ONEDNN_OPTS=0 "${PYTEST[@]}"
+run_row "TF_ENABLE_ONEDNN_OPTS=1 (this CPU's own level)" "$LOGS/onednn1.log" \
+  env TF_ENABLE_ONEDNN_OPTS=1 "${PYTEST[@]}"
+below=1
+for level in "${LEVELS[@]}"; do
+  if [ "$level" = "$own" ] || [ -z "$own" ]; then
+    below=0
+  fi
+  name="ONEDNN_MAX_CPU_ISA=$level"
+  if [ $below = 0 ]; then
+    ROWS+=("$(printf '| %-58s | %6s | %6s | %6s | %6s | %s |' "$name" - - - - \
+      "not run: not below this CPU's ${own:-level}")")
+    continue
+  fi
+  run_row "$name (+ CT2_FORCE_CPU_ISA=${CT2_ISA[$level]}, XLA ${XLA_ISA[$level]})" \
+    "$LOGS/cap_$level.log" \
+    env TF_ENABLE_ONEDNN_OPTS=1 ONEDNN_MAX_CPU_ISA=$level CT2_FORCE_CPU_ISA=${CT2_ISA[$level]} \
+    XLA_FLAGS="--xla_cpu_max_isa=${XLA_ISA[$level]}" "${PYTEST[@]}"
+done
+name="QEMU -cpu $QEMU_CPU (AVX2 only): ${QEMU_TESTS}"
+if [ -n "${CPU_MATRIX_SKIP_QEMU:-}" ]; then
+  ROWS+=("$(printf '| %-58s | %6s | %6s | %6s | %6s | %s |' "$name" - - - - \
+    "not run: CPU_MATRIX_SKIP_QEMU is set")")
+elif ! command -v qemu-x86_64 >/dev/null; then
+  ROWS+=("$(printf '| %-58s | %6s | %6s | %6s | %6s | %s |' "$name" - - - - \
+    "not run: qemu-x86_64 not found (apt-get install qemu-user)")")
+else
+  # shellcheck disable=SC2086  # the test list is meant to split
+  run_row "$name" "$LOGS/qemu.log" tests/scripts/pytest_on_emulated_cpu.sh "$QEMU_CPU" -q \
+    $QEMU_TESTS
+fi
+
+echo
+echo "CPU: ${MODEL:-unknown}"
+printf '| %-58s | %6s | %6s | %6s | %6s | %s |\n' setting passed failed errors time outcome
+printf '|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..60})" "--------" "--------" \
+  "--------" "--------" "---------"
+printf '%s\n' "${ROWS[@]}"
+exit $FAILED
