@@ -13,9 +13,18 @@ The model is a callable `logits_fn(prefix_ids) -> logits`:
 
 Arithmetic is float64, so near-ties may break differently from a float32
 implementation; compare scores with a tolerance.
+
+Both searches can record their decision margins (`margins=[]`): for every
+choice the search makes between two candidates (which 2 * beam extensions
+survive, which beam alive and finished ones are kept, whether to stop, the
+order of the returned hypotheses; greedy's argmax), the gap between the two
+scores it compared. `tests/near_ties.py` uses them: a computation whose
+scores are within eps of these makes every choice whose margin exceeds
+2 * eps the same way, so it can decode differently only where a margin is
+at most 2 * eps.
 """
 
-from typing import Callable, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -39,6 +48,26 @@ def _top_k(values: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
   return values[order], order
 
 
+def _real(values: np.ndarray) -> np.ndarray:
+  """The values that are scores, not T2T's -INF placeholders, largest first."""
+  values = np.asarray(values, np.float64)
+  return np.sort(values[values > -INF / 2])[::-1]
+
+
+def _record_cut(margins: Optional[List[float]], values: np.ndarray, k: int) -> None:
+  """The margin of keeping the k best of `values`: the k-th best minus the next."""
+  if margins is not None:
+    real = _real(values)
+    if len(real) > k:
+      margins.append(float(real[k - 1] - real[k]))
+
+
+def _record_order(margins: Optional[List[float]], values: np.ndarray) -> None:
+  """The margins of sorting `values`: each one minus the next."""
+  if margins is not None:
+    margins.extend(float(g) for g in -np.diff(_real(values)))
+
+
 def _length_penalty(length, alpha: float) -> float:
   """GNMT penalty as in T2T's grow_topk / _is_not_finished."""
   return ((5.0 + float(length)) / 6.0) ** alpha
@@ -46,7 +75,7 @@ def _length_penalty(length, alpha: float) -> float:
 
 def _grow_topk(logits_fn: LogitsFn, i: int, alive_seq: np.ndarray,
                alive_log_probs: np.ndarray, beam_size: int, alpha: float,
-               eos_id: int):
+               eos_id: int, margins: Optional[List[float]] = None):
   """T2T `beam_search.grow_topk`: the 2 * beam best one-token extensions.
 
   Returns (topk_seq [2*beam, i+2], topk_log_probs, topk_scores,
@@ -57,6 +86,7 @@ def _grow_topk(logits_fn: LogitsFn, i: int, alive_seq: np.ndarray,
   log_probs = _log_softmax(logits) + alive_log_probs[:, None]
   penalty = _length_penalty(i + 1, alpha)
   curr_scores = (log_probs / penalty).reshape(-1)  # [beam * vocab]
+  _record_cut(margins, curr_scores, 2 * beam_size)
   topk_scores, topk_flat = _top_k(curr_scores, 2 * beam_size)
   topk_log_probs = topk_scores * penalty
   topk_beam, topk_ids = topk_flat // vocab_size, topk_flat % vocab_size
@@ -65,18 +95,20 @@ def _grow_topk(logits_fn: LogitsFn, i: int, alive_seq: np.ndarray,
 
 
 def _grow_alive(topk_seq, topk_scores, topk_log_probs, topk_finished,
-                beam_size: int):
+                beam_size: int, margins: Optional[List[float]] = None):
   """T2T `grow_alive`: EOS candidates get -INF, keep the best beam_size.
 
   Returns (alive_seq [beam, t], alive_log_probs [beam]).
   """
   scores = topk_scores + topk_finished.astype(np.float64) * -INF
+  _record_cut(margins, scores, beam_size)
   _, keep = _top_k(scores, beam_size)
   return topk_seq[keep], topk_log_probs[keep]
 
 
 def _grow_finished(finished_seq, finished_scores, finished_flags, topk_seq,
-                   topk_scores, topk_finished, beam_size: int):
+                   topk_scores, topk_finished, beam_size: int,
+                   margins: Optional[List[float]] = None):
   """T2T `grow_finished`: pad finished by a 0 column, merge, keep top beam.
 
   Returns (finished_seq [beam, t], finished_scores [beam],
@@ -88,13 +120,14 @@ def _grow_finished(finished_seq, finished_scores, finished_flags, topk_seq,
   seqs = np.concatenate([finished_seq, topk_seq], axis=0)
   scores = np.concatenate([finished_scores, scores])
   flags = np.concatenate([finished_flags, topk_finished])
+  _record_cut(margins, scores, beam_size)
   top_scores, keep = _top_k(scores, beam_size)
   return seqs[keep], top_scores, flags[keep]
 
 
 def _is_not_finished(i: int, alive_log_probs, finished_scores,
                      decode_length: int, alpha: float,
-                     stop_early: bool) -> bool:
+                     stop_early: bool, margins: Optional[List[float]] = None) -> bool:
   """T2T `_is_not_finished` (final version) for one batch item.
 
   stop_early: the best finished score must beat the best alive log-prob over
@@ -108,12 +141,16 @@ def _is_not_finished(i: int, alive_log_probs, finished_scores,
   else:
     finished_bound = finished_scores.min()
   bound_is_met = finished_bound > lower_bound_alive
+  if margins is not None and i < decode_length and min(finished_bound,
+                                                       lower_bound_alive) > -INF / 2:
+    margins.append(float(abs(finished_bound - lower_bound_alive)))
   return i < decode_length and not bound_is_met
 
 
 def t2t_beam_search(logits_fn: LogitsFn, beam_size: int, alpha: float,
                     decode_length: int, vocab_size: int, eos_id: int = EOS_ID,
-                    stop_early: bool = True) -> Tuple[np.ndarray, np.ndarray]:
+                    stop_early: bool = True, margins: Optional[List[float]] = None
+                    ) -> Tuple[np.ndarray, np.ndarray]:
   """T2T `beam_search.beam_search` + `fast_decode`'s slicing, one sentence.
 
   Mirrors: initial state (only beam 0 alive, finished slots empty at -INF),
@@ -131,6 +168,8 @@ def t2t_beam_search(logits_fn: LogitsFn, beam_size: int, alpha: float,
     vocab_size: number of logits the fn returns (checked).
     eos_id: the id that ends a hypothesis.
     stop_early: T2T's stop_early.
+    margins: a list to which the margin of every choice is appended (see the
+      module docstring), or None.
 
   Returns:
     (seqs `[beam_size, steps]` int64 without the leading sos id, 0-padded
@@ -152,29 +191,31 @@ def t2t_beam_search(logits_fn: LogitsFn, beam_size: int, alpha: float,
 
   i = 0
   while _is_not_finished(i, alive_log_probs, finished_scores, decode_length,
-                         alpha, stop_early):
+                         alpha, stop_early, margins):
     topk_seq, topk_log_probs, topk_scores, topk_finished = _grow_topk(
-        checked_fn, i, alive_seq, alive_log_probs, beam_size, alpha, eos_id)
+        checked_fn, i, alive_seq, alive_log_probs, beam_size, alpha, eos_id, margins)
     alive_seq, alive_log_probs = _grow_alive(
-        topk_seq, topk_scores, topk_log_probs, topk_finished, beam_size)
+        topk_seq, topk_scores, topk_log_probs, topk_finished, beam_size, margins)
     finished_seq, finished_scores, finished_flags = _grow_finished(
         finished_seq, finished_scores, finished_flags, topk_seq, topk_scores,
-        topk_finished, beam_size)
+        topk_finished, beam_size, margins)
     i += 1
   if finished_flags.any():
     seqs, scores = finished_seq, finished_scores
   else:
     seqs, scores = alive_seq, alive_log_probs
+  _record_order(margins, scores)
   return seqs[:, 1:], scores
 
 
-def t2t_greedy(logits_fn: LogitsFn, decode_length: int,
-               eos_id: int = EOS_ID) -> Tuple[np.ndarray, float]:
+def t2t_greedy(logits_fn: LogitsFn, decode_length: int, eos_id: int = EOS_ID,
+               margins: Optional[List[float]] = None) -> Tuple[np.ndarray, float]:
   """T2T `fast_decode`'s greedy loop (`sampling_method="argmax"`), batch 1.
 
   Loops while `i < decode_length` and EOS was not hit; each step appends the
   argmax id and adds its log-prob to the score (up to and including the
   first EOS). At decode_length it simply stops: no EOS is appended.
+  `margins`: as t2t_beam_search's (each step's best minus second-best log-prob).
 
   Returns:
     (ids `[steps]` int64 without the sos id, ending in EOS only if the model
@@ -185,6 +226,7 @@ def t2t_greedy(logits_fn: LogitsFn, decode_length: int,
   while i < decode_length and not hit_eos:
     log_probs = _log_softmax(np.asarray(logits_fn(decoded))[0])
     next_id = int(np.argmax(log_probs))  # first maximum, as tf.argmax
+    _record_cut(margins, log_probs, 1)
     log_prob += float(log_probs[next_id])
     hit_eos = next_id == eos_id
     decoded = np.concatenate([decoded, [[next_id]]], axis=1)

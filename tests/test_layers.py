@@ -136,11 +136,35 @@ def test_write_position_of_beams_sharing_a_buffer():
     np.testing.assert_array_equal(got.numpy(), want)
 
 
+def _bf16(a):
+  """`a` rounded to bfloat16 (to nearest even), as float64."""
+  return tf.cast(tf.cast(a, tf.bfloat16), tf.float64).numpy()
+
+
+def _matmul_bound(a, b, rounding):
+  """Error allowed for a @ b computed from float32-exact products, accumulated in float32
+  in any order (Higham: gamma_K * sum|a_i b_i|), then rounded to the result's precision
+  with relative error `rounding` in all (2^-24 float32; 2^-8 a bfloat16 rounding)."""
+  k = a.shape[-1]
+  gamma = (k - 1) * 2.0 ** -24 / (1 - (k - 1) * 2.0 ** -24)
+  exact = a @ b
+  return rounding * np.abs(exact) + (1 + rounding) * gamma * (np.abs(a) @ np.abs(b))
+
+
 @pytest.mark.parametrize("policy,hidden", [("float32", 8), ("float32", 520),
                                            ("mixed_bfloat16", 8)])
 def test_tied_logits_gradients_match_closed_form(policy, hidden):
-  # logits = x·Wᵀ, so for loss = sum(logits * c): dx = c·W and dW = cᵀ·x: in
-  # float32 up to depth 512 through the swapped table gradient, else TensorFlow's.
+  """logits = x·Wᵀ, so for loss = sum(logits * c): dx = c·W and dW = cᵀ·x: in float32
+  up to depth 512 through the swapped table gradient, else TensorFlow's.
+
+  Each within a derived bound that holds for any CPU's kernels: under mixed bfloat16
+  the matmuls see c (the cast's gradient), W and x rounded to bfloat16, whose
+  products are exact in float32; the reference is computed from those same rounded
+  operands, the float32 accumulation in any order is within gamma_K * sum|a_i b_i|,
+  and the result is rounded to bfloat16 once by oneDNN, twice by Eigen's fallback
+  on AVX2-only CPUs (2 u allowed). In float32 nothing is rounded before the matmul.
+  """
+  tf.keras.utils.set_random_seed(4)
   mod = embedding.SymbolModality(37, hidden, dtype=policy)
   mod.build()
   rng = np.random.default_rng(4)
@@ -157,9 +181,17 @@ def test_tied_logits_gradients_match_closed_form(policy, hidden):
 
   dx, dw = (g.numpy() for g in grads())
   table = np.asarray(mod.weights_var, np.float64)
-  tol = 1e-5 if policy == "float32" else 2e-2  # bfloat16: 8-bit mantissas
-  np.testing.assert_allclose(dx, c @ table, rtol=tol, atol=tol)
-  np.testing.assert_allclose(dw, np.einsum("blv,blh->vh", c, x), rtol=tol, atol=tol)
+  if policy == "float32":
+    ops, u = (lambda a: np.asarray(a, np.float64)), 2.0 ** -24
+  else:
+    ops, u = _bf16, 2.0 ** -8 * 2  # up to two bfloat16 roundings
+  c_, w_, x_ = ops(c).reshape(15, 37), ops(table), ops(x).reshape(15, hidden)
+  want_dx, dx_bound = c_ @ w_, _matmul_bound(c_, w_, u)
+  want_dw, dw_bound = c_.T @ x_, _matmul_bound(c_.T, x_, u)
+  assert (np.abs(dx.reshape(15, hidden) - want_dx) <= dx_bound).all()
+  assert (np.abs(dw - want_dw) <= dw_bound).all()
+  # The bound is far below a wrong gradient's error (e.g. the transposed table's).
+  assert np.abs(want_dx).mean() > 20 * dx_bound.mean()
 
 
 def test_symbol_modality_scaling_padding_and_tied_logits():
