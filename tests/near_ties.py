@@ -49,11 +49,20 @@ def reference_margin(logits_fn: t2t.LogitsFn, beam_size: int, alpha: float,
   return min(margins, default=float("inf"))
 
 
+def _trimmed(ids) -> tuple:
+  """Ids without the padding after them: `[length]` -> tuple, `[beams, length]` ->
+  tuple of tuples (a decode buffer may be wider than another's)."""
+  ids = np.asarray(ids)
+  if ids.ndim == 1:
+    return tuple(int(i) for i in np.trim_zeros(ids, "b"))
+  return tuple(_trimmed(row) for row in ids)
+
+
 def same(a, b) -> bool:
-  """Equality of two decodes: strings, id lists or arrays."""
+  """Equality of two decodes: strings, or ids up to trailing padding."""
   if isinstance(a, str) or isinstance(b, str):
     return a == b
-  return np.array_equal(np.asarray(a), np.asarray(b))
+  return _trimmed(a) == _trimmed(b)
 
 
 def assert_equal_or_near_tie(got: Sequence, want: Sequence, margin_of: Callable[[int], float],
@@ -85,6 +94,24 @@ def assert_equal_or_near_tie(got: Sequence, want: Sequence, margin_of: Callable[
   cap = max(1, len(got) // 4) if max_ties is None else max_ties
   assert len(ties) <= cap, f"{what}: {len(ties)} near-ties (sentences {ties}) > {cap}"
   return len(ties)
+
+
+def assert_decodes_equal_or_near_tie(got, want, margin_of: Callable[[int], float], eps: float,
+                                     what: str = "decodes", score_atol: float = None) -> int:
+  """`got` and `want` are (ids `[batch, (beams,) length]`, scores `[batch, (beams)]`)
+  of two decodes of the same sentences: each sentence's ids equal up to padding,
+  with scores within `score_atol` (default eps), or it is a near-tie. Returns the
+  number of near-ties."""
+  (got_ids, got_scores), (want_ids, want_scores) = (
+      ([np.asarray(row) for row in ids], np.asarray(scores)) for ids, scores in (got, want))
+  ties = assert_equal_or_near_tie(got_ids, want_ids, margin_of, eps, what)
+  rows = [i for i in range(len(want_ids)) if same(got_ids[i], want_ids[i])]
+  got_scores, want_scores = got_scores[rows], want_scores[rows]
+  real = want_scores > -t2t.INF / 2  # not an empty n-best slot
+  np.testing.assert_array_equal(got_scores > -t2t.INF / 2, real)
+  np.testing.assert_allclose(got_scores[real], want_scores[real], rtol=0,
+                             atol=eps if score_atol is None else score_atol)
+  return ties
 
 
 @functools.lru_cache(maxsize=None)
