@@ -14,8 +14,9 @@
 #   CPU_MATRIX_SKIP_QEMU=1 tests/scripts/cpu_matrix.sh
 #
 # A setting that crashes TensorFlow (a segfault was seen with oneDNN capped at AVX2 and
-# bfloat16 matmuls) is reported as such and the next setting runs. Prints a table:
-# setting x passed / failed / errors / outcome; exits 1 if any row that ran had a failure.
+# bfloat16 matmuls) is reported as such, naming the tests it crashed in, and the row is
+# run again without them; then the next setting runs. Prints a table: setting x passed /
+# failed / errors / outcome; exits 1 if any test that ran failed (a crash is no verdict).
 # Takes about 5-10 minutes a row on 2 cores; logs go to $CPU_MATRIX_LOGS (a temp dir).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -67,6 +68,7 @@ ROWS=()
 FAILED=0
 
 # run_row NAME LOGFILE COMMAND...: runs one setting, appends its table row.
+rerun=0
 run_row() {
   local name="$1" log="$2"; shift 2
   local start=$SECONDS
@@ -79,13 +81,24 @@ run_row() {
   failed=$(grep -oE "[0-9]+ failed" <<<"$summary" | grep -oE "[0-9]+" || true)
   errors=$(grep -oE "[0-9]+ errors?" <<<"$summary" | grep -oE "[0-9]+" || true)
   passed=${passed:-0}; failed=${failed:-0}; errors=${errors:-0}
-  local crashes
-  crashes=$(grep -cE "node down|crashed|Segmentation fault|Fatal Python error" "$log" || true)
+  # Tests whose process TensorFlow crashed (pytest-xdist names each): they count as
+  # failed in the summary. The row is run again without them, so that every other
+  # test's verdict is known; the crashes are reported, not counted as failures.
+  local crashed
+  crashed=$(grep -oE "worker '[^']+' crashed while running '[^']+'" "$log" \
+            | sed -E "s/.*running '([^']+)'/\1/" | sort -u || true)
+  if [ -n "$crashed" ] && [ "$rerun" = 0 ]; then
+    local deselect=() id
+    while read -r id; do deselect+=(--deselect "$id"); done <<<"$crashed"
+    echo "   The test process crashed in $(wc -l <<<"$crashed") test(s); running the rest again"
+    rerun=1 run_row "$name, without the crashed tests" "${log%.log}_rest.log" "$@" \
+      "${deselect[@]}"
+    ROWS+=("$(printf '| %-58s | %6s | %6s | %6s | %5ss | %s |' "$name" - - - "$secs" \
+      "the test process crashed (segfault/abort) in: $(tr '\n' ' ' <<<"$crashed")")")
+    return
+  fi
   if [ $rc -ge 128 ] || [ -z "$summary" ]; then
     outcome="CRASHED (exit $rc; TensorFlow does not run under this setting)"
-  elif [ "$crashes" -gt 0 ]; then
-    outcome="worker crashed ($crashes); the rest ran"
-    FAILED=1
   elif [ "$failed" -gt 0 ] || [ "$errors" -gt 0 ]; then
     outcome="FAILED"
     FAILED=1
