@@ -97,8 +97,11 @@ run_row() {
       "the test process crashed (segfault/abort) in: $(tr '\n' ' ' <<<"$crashed")")")
     return
   fi
-  if [ $rc -ge 128 ] || [ -z "$summary" ]; then
+  if [ $rc -ge 128 ]; then
     outcome="CRASHED (exit $rc; TensorFlow does not run under this setting)"
+  elif [ -z "$summary" ]; then
+    outcome="DID NOT RUN (exit $rc): $(tail -1 "$log" | cut -c1-80)"
+    FAILED=1
   elif [ "$failed" -gt 0 ] || [ "$errors" -gt 0 ]; then
     outcome="FAILED"
     FAILED=1
@@ -141,7 +144,7 @@ elif ! command -v qemu-x86_64 >/dev/null; then
     "not run: qemu-x86_64 not found (apt-get install qemu-user)")")
 else
   # shellcheck disable=SC2086  # the test list is meant to split
-  run_row "$name" "$LOGS/qemu.log" tests/scripts/pytest_on_emulated_cpu.sh "$QEMU_CPU" -q \
+  run_row "$name" "$LOGS/qemu.log" env PY="$PY" tests/scripts/pytest_on_emulated_cpu.sh "$QEMU_CPU" -q \
     $QEMU_TESTS
 fi
 

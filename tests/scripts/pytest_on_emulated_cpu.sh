@@ -21,5 +21,6 @@ if ! command -v qemu-x86_64 >/dev/null; then
   exit 2
 fi
 # QEMU warns once per CPUID feature it cannot emulate (xsavec, ...): not our concern.
-exec qemu-x86_64 -cpu "$cpu" .venv/bin/python -m pytest -p no:cacheprovider "$@" \
+PY=${PY:-.venv/bin/python}  # the interpreter to emulate (cpu_matrix.sh passes its own)
+exec qemu-x86_64 -cpu "$cpu" "$PY" -m pytest -p no:cacheprovider "$@" \
   2> >(grep -v "TCG doesn't support requested feature" >&2)
