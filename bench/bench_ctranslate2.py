@@ -137,12 +137,10 @@ def worst(args, tmp) -> None:
 
 
 def test(args, tmp) -> None:
-  from data_gen import registry  # pylint: disable=g-import-not-at-top
-  from t2t_keras import bleu, run_dir  # pylint: disable=g-import-not-at-top
-  model, _, problem_name, _, path = run_dir.load_trained_model(
-      args.output_dir, args.checkpoint_path or None)
-  problem = registry.problem(problem_name, args.data_dir)
-  encoders = problem.feature_encoders(args.data_dir)
+  import t2t_keras  # pylint: disable=g-import-not-at-top
+  from t2t_keras import bleu  # pylint: disable=g-import-not-at-top
+  run = t2t_keras.open_run(args.output_dir, args.checkpoint_path or None, args.data_dir)
+  model, problem, encoders, path = run.model, run.problem, run.encoders, run.checkpoint_path
   read = lambda p: open(p, encoding="utf-8").read().splitlines()
   lines = read(problem.text_file(args.data_dir, "test", "inputs"))
   refs = read(problem.reference_file(args.data_dir, "test"))
@@ -158,7 +156,7 @@ def test(args, tmp) -> None:
     score, _ = bleu.corpus_bleu(out, refs, tokenize="intl")
     same = sum(a == b for a, b in zip(out, base))
     extra[name] = f"{score:.2f} ({same}/{len(lines)} lines as t2t-keras)"
-  _print_table(f"test split: {problem_name}, {len(lines)} lines, {path}, beam "
+  _print_table(f"test split: {problem.name}, {len(lines)} lines, {path}, beam "
                f"{args.beam_size}, alpha {args.alpha}, +{args.extra_length}, batches of "
                f"{args.batch}", len(lines), seconds, extra)
   int8_error_parts(args, model, encoders, lines, refs, vocab_files, tmp)

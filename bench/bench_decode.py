@@ -127,8 +127,8 @@ def test_case(args, dtype: str) -> Tuple[Transformer, List[np.ndarray]]:
   from data_gen.text_encoder import SubwordTextEncoder  # pylint: disable=g-import-not-at-top
   set_dtype(dtype)
   if args.output_dir:
-    from t2t_keras import run_dir  # pylint: disable=g-import-not-at-top
-    model = run_dir.load_trained_model(args.output_dir)[0]
+    import t2t_keras  # pylint: disable=g-import-not-at-top
+    model = t2t_keras.open_run(args.output_dir, data_dir=args.data_dir).model
   else:
     vocab = SubwordTextEncoder(os.path.join(args.data_dir,
                                             f"vocab.{PROBLEM}.8192.subwords"))

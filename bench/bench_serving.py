@@ -49,13 +49,9 @@ def _random_run(root: str):
 
 
 def _trained_run():
-  from data_gen import registry
-  from t2t_keras import run_dir
-  model, hp, name, _, _ = run_dir.load_trained_model(FLAGS.output_dir)
-  problem = registry.problem(name, FLAGS.data_dir)
-  encoders = problem.feature_encoders(FLAGS.data_dir)
-  vocab = {s: os.path.join(FLAGS.data_dir, problem.vocab_filenames[s]) for s in encoders}
-  return model, hp, encoders, vocab
+  import t2t_keras
+  run = t2t_keras.open_run(FLAGS.output_dir, data_dir=FLAGS.data_dir)
+  return run.model, run.hparams, run.encoders, run.vocab_files
 
 
 def _sentences(n: int, seed: int = 0):

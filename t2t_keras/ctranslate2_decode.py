@@ -177,4 +177,5 @@ class CTranslate2Decoder(LineDecoder):
 
 def default_model_dir(output_dir: str) -> str:
   """Where `t2t_keras_exporter --export_format=ctranslate2` writes by default."""
-  return os.path.join(output_dir, "export_ctranslate2")
+  from t2t_keras.run_layout import RunDir
+  return RunDir(output_dir).ctranslate2_dir

@@ -213,7 +213,8 @@ def _learned(position) -> Optional[np.ndarray]:
   return position.embedding.numpy() if position.pos == "emb" else None
 
 
-def export(model, vocab_files: Dict[str, str], export_dir: str) -> str:
+def export(model, vocab_files: Dict[str, str], export_dir: str,
+           quantization: Optional[str] = None) -> str:
   """Writes the CTranslate2 model of `model` to `export_dir` (replaced whole, atomically).
 
   Args:
@@ -221,6 +222,9 @@ def export(model, vocab_files: Dict[str, str], export_dir: str) -> str:
     vocab_files: {"inputs": path, "targets": path} subword vocabularies, copied beside it.
     export_dir: the directory to write (its parent is created if missing): new, empty,
       or a previous export, which is replaced once the new one is complete.
+    quantization: the stored weights' type (CTranslate2's: "int8", "int8_float32",
+      "float16", ...); None keeps float32, which the decoder's compute_type may
+      quantize on load.
   Returns:
     export_dir.
   """
@@ -232,7 +236,7 @@ def export(model, vocab_files: Dict[str, str], export_dir: str) -> str:
         "whole.")
   spec = build_spec(model)
   spec.validate()
-  spec.optimize()  # float32 weights; the decoder's compute_type quantizes on load
+  spec.optimize(quantization=quantization)
   parent = os.path.dirname(os.path.abspath(export_dir))
   os.makedirs(parent, exist_ok=True)
   staging = tempfile.mkdtemp(prefix=".ctranslate2-", dir=parent)

@@ -210,25 +210,29 @@ class TextDecoder(LineDecoder):
     self.use_cache = use_cache
     self._decode_fns = {}  # jit_compile -> fn, kept across calls (XLA keeps its compilations)
     self._jit = False
-    # What decoding runs: the model, or its bfloat16 twin (weights cast once per
-    # decode_lines call, so that a trainer's BLEU hook sees the weights of its step).
-    self._inference = inference.inference_model(model)
+    # What decoding runs (the model, or the bfloat16 twin `make_decode_fn` chose): its
+    # weights are cast again at each decode_lines, so that a trainer's BLEU hook sees
+    # the weights of its step.
+    self._inference = None
     self.score_fn = tf.function(lambda x, y: decoding.score_targets(model, x, y),
                                 input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2)
 
   def decode_fn(self, jit_compile: bool) -> Callable:
     """The decoding tf.function with or without XLA, made once."""
     if jit_compile not in self._decode_fns:
-      self._decode_fns[jit_compile] = decoding.make_decode_fn(
-          self._inference, self.decode_hp, use_cache=self.use_cache, jit_compile=jit_compile)
+      fn = decoding.make_decode_fn(self.model, self.decode_hp, use_cache=self.use_cache,
+                                   jit_compile=jit_compile, decoded_model=self._inference)
+      self._decode_fns[jit_compile], self._inference = fn, fn.decoded_model
     return self._decode_fns[jit_compile]
 
   def _start(self, count: int) -> None:
-    if self._inference is not self.model:
-      inference.copy_weights(self.model, self._inference)
     self._jit = self.jit_compile
     if self._jit is None:
       self._jit = inference.decode_with_xla(self.model, count)
+    fresh = self._inference is None
+    self.decode_fn(self._jit)
+    if not fresh and self._inference is not self.model:
+      inference.copy_weights(self.model, self._inference)
 
   def _decode_batch(self, rows):
     ids, scores = self.decode_fn(self._jit)(tf.constant(self._pad(rows, self._jit)))

@@ -1,9 +1,9 @@
 """Decoding a Transformer: cached (fast) or uncached, beam / greedy / sampling.
 
 `decode_ids` is the in-graph core, shared by the decoder CLI and the exporter:
-inputs `[batch, length]` ids -> output ids and scores. `TextDecoder` wraps it
-for text files with T2T's `decode_from_file` behaviour (longest lines first,
-results in input order, one output line per input line).
+inputs `[batch, length]` ids -> output ids and scores; `make_decode_fn` makes it a
+tf.function. Text (encoding, input cuts, T2T's `decode_from_file` order, one output
+line per input line) is `decode_text.py`'s.
 
 Maximum decode length: T2T uses `padded input length + extra_length` for the
 whole batch, so a sentence's output depends on its batch. Here each sentence's
@@ -124,18 +124,24 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
 
 
 def make_decode_fn(model: Transformer, decode_hp: DecodeHParams, use_cache: bool = True,
-                   jit_compile: bool = False) -> Callable:
+                   jit_compile: bool = False, decoded_model=None) -> Callable:
   """A tf.function inputs `[batch, length]` -> (ids, scores) of `decode_ids`.
 
   With jit_compile the function is traced per input shape (decode_length is then
   static, as XLA needs); callers pad lengths to a few buckets to bound retracing.
-  A mixed-bfloat16 model decodes through its bfloat16 twin (`perf.inference`).
+  A mixed-bfloat16 model decodes through its bfloat16 twin (`perf.inference`):
+  this is the one place that choice is made. The function's `decoded_model` is
+  what it runs; pass it back as `decoded_model` to share it between functions
+  (its weights are a snapshot: `inference.copy_weights` refreshes them).
   """
-  fn = functools.partial(decode_ids, inference.inference_model(model), decode_hp=decode_hp,
-                         use_cache=use_cache)
+  decoded = decoded_model if decoded_model is not None else inference.inference_model(model)
+  fn = functools.partial(decode_ids, decoded, decode_hp=decode_hp, use_cache=use_cache)
   if jit_compile:
-    return tf.function(fn, jit_compile=True)
-  return tf.function(fn, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    fn = tf.function(fn, jit_compile=True)
+  else:
+    fn = tf.function(fn, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+  fn.decoded_model = decoded
+  return fn
 
 
 def score_targets(model: Transformer, inputs, targets) -> tf.Tensor:

@@ -33,6 +33,11 @@ class RunError(Exception):
   exit_status = USAGE_STATUS
 
 
+class ConfigError(RunError, ValueError):
+  """A bad setting or input given to a library entry (`train`): a ValueError for
+  Python callers, one line and exit status 2 for the commands."""
+
+
 class DivergenceError(RunError):
   """Training produced a non-finite loss, gradient or weight; exit status 3."""
   exit_status = DIVERGENCE_STATUS

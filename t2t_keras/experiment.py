@@ -44,6 +44,7 @@ import tensorflow as tf
 from t2t_keras import checkpoints, errors
 from t2t_keras import inputs as inputs_lib
 from t2t_keras import run_dir, training
+from t2t_keras.run_layout import RunDir
 from t2t_keras.training import Trainer
 
 SCHEDULES = ("train", "evaluate", "train_and_evaluate", "continuous_train_and_eval",
@@ -120,13 +121,14 @@ class Experiment:
     strategy = trainer.strategy
     self.is_chief = _is_chief(strategy)
     self.checkpoint = tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)
-    self.ckpt_dir = config.output_dir if self.is_chief else os.path.join(
-        config.output_dir, "tmp_worker_%d" % strategy.cluster_resolver.task_id)
+    self.paths = RunDir(config.output_dir)
+    self.ckpt_dir = self.paths.checkpoint_dir if self.is_chief else self.paths.worker_dir(
+        strategy.cluster_resolver.task_id)
     self._manager = None  # created after restore() has repaired the state file
     self._written = set()  # checkpoint prefixes this run saved
     self.train_writer = tf.summary.create_file_writer(
         config.output_dir if self.is_chief else os.path.join(self.ckpt_dir, "logs"))
-    self.eval_writer = tf.summary.create_file_writer(os.path.join(config.output_dir, "eval"))
+    self.eval_writer = tf.summary.create_file_writer(self.paths.eval_dir)
     # Training drops examples longer than max_length, as T2T did; count them.
     self.dropped = tf.Variable(0, dtype=tf.int64, trainable=False, name="dropped_examples")
 
@@ -188,7 +190,7 @@ class Experiment:
     prefix = os.path.join(self.ckpt_dir, f"ckpt-{step}")
     if self.is_chief:
       if prefix not in self._written and checkpoints.checkpoint_files(prefix):
-        target = os.path.join(self.config.output_dir, "superseded")
+        target = self.paths.superseded_dir
         checkpoints.move_aside(prefix, target)
         self.log(f"WARNING: {prefix} exists but was not written by this run; moved its "
                  f"files to {target} before saving step {step}.")
@@ -268,15 +270,14 @@ class Experiment:
     self._log_state = (start_time, step, 0.0)  # time, step and tokens of the last log line
     tokens, last, reason = 0.0, {}, ""
     while not reason:
-      attempted = step + 1  # under float16 loss scaling a skipped update leaves the step
       last = self.trainer.train_step(iterator)
       if self._after_first_step is not None:
         self._after_first_step()
         self._after_first_step = None  # once per process run
       self._mark_unsaved(True)
-      step = self.trainer.step
-      self._stop_if_diverged(start_step, attempted, training.non_finite_metrics(
-          last, self.trainer.loss_scaled))
+      step = last.step
+      if not last.finite:  # named at the step it attempted (a skipped update stays below)
+        self._stop_if_diverged(start_step, last.attempted_step, last.non_finite)
       tokens += last["tokens"]
       reason = self._stop_reason(step, budget_start)
       self._log_progress(step, last, force=bool(reason))
@@ -285,7 +286,7 @@ class Experiment:
             self.trainer.non_finite_weights()))
         self.save()
         self._mark_unsaved(False)
-        self._last_finite = os.path.join(cfg.output_dir, f"ckpt-{step}")
+        self._last_finite = self.paths.checkpoint(step)
         if eval_every and reason != "signal":  # a signalled job may have seconds left
           self.evaluate()
     if self.is_chief:

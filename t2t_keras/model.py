@@ -7,6 +7,11 @@ once, encoder-decoder keys/values are computed once per layer, and
 self-attention keys/values live in fixed-size buffers that each step writes at
 its index (shape-stable, so the loop compiles with XLA); `decoding_state.py`
 owns that layout.
+
+Keras saving: the model and its layers are registered as "t2t_keras>ClassName"
+when this module is imported, and `get_config` holds the hparams (as
+hparams.json does), so `model.save("m.keras")` round-trips through
+`keras.models.load_model("m.keras")` once `t2t_keras.model` is imported.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ def shift_right_3d(x: tf.Tensor) -> tf.Tensor:
   return tf.pad(x, [[0, 0], [1, 0], [0, 0]])[:, :-1, :]
 
 
+@keras.saving.register_keras_serializable(package="t2t_keras")
 class Transformer(keras.Model):
   """Encoder-decoder Transformer.
 
@@ -215,12 +221,16 @@ class Transformer(keras.Model):
     return logits, state.replace(in_place=buffers)
 
   def get_config(self):
-    return {"hparams": self.hparams.to_dict(), "input_vocab_size": self.input_vocab_size,
-            "target_vocab_size": self.target_vocab_size,
-            "target_space_id": self.target_space_id, "name": self.name}
+    # name, trainable and the dtype policy (a mixed_bfloat16 model reloads as one);
+    # the sublayers are rebuilt from the hparams, so they need no entry here.
+    config = super().get_config()
+    config.update(hparams=self.hparams.to_dict(), input_vocab_size=self.input_vocab_size,
+                  target_vocab_size=self.target_vocab_size,
+                  target_space_id=self.target_space_id)
+    return config
 
   @classmethod
   def from_config(cls, config):
     config = dict(config)
-    config["hparams"] = HParams(**config["hparams"])
+    config["hparams"] = HParams.from_dict(config["hparams"])
     return cls(**config)

@@ -1,6 +1,6 @@
 """The run directory: what training writes there, and the model rebuilt from it.
 
-`--output_dir` of a training run holds
+`--output_dir` of a training run (its paths: `run_layout.RunDir`) holds
 
   hparams.json        `HParams.to_json()`: every model and training hparam (T2T names)
   run.json            the run's identity, written when training starts and
@@ -36,16 +36,19 @@ from data_gen import file_io
 from t2t_keras import checkpoints, errors
 from t2t_keras.errors import RunError
 from t2t_keras.hparams import HParams
+from t2t_keras.run_layout import RunDir
 
-HPARAMS_FILE = "hparams.json"
-RUN_FILE = "run.json"
+HPARAMS_FILE = os.path.basename(RunDir("").hparams_file)
+RUN_FILE = os.path.basename(RunDir("").run_file)
 # run.json: the problem's registered name, beside the ModelSpec fields.
 PROBLEM_KEY = "problem"
 # run.json: [{"file", "features", "size", "sha256"}], one entry per vocab file.
 VOCAB_KEY = "vocab"
 _SIZE_KEYS = {"inputs": "input_vocab_size", "targets": "target_vocab_size"}
+# run.json: the --data_dir the run last trained on (where `open_run` finds its vocabulary).
+DATA_DIR_KEY = "data_dir"
 # run.json entries that change from one training invocation to the next.
-STATUS_KEYS = ("start_step", "stop_reason", "stop_step")
+STATUS_KEYS = ("start_step", "stop_reason", "stop_step", DATA_DIR_KEY)
 STOP_REASONS = ("train_steps", "train_seconds", "signal", "diverged")
 MODEL_NAME = "transformer"  # the Keras name of the model: the first part of its variable paths
 
@@ -74,7 +77,9 @@ def build_model(hparams: HParams, spec: ModelSpec, dtype: Optional[str] = None,
 
 
 def _path(output_dir: str, name: str) -> str:
-  return os.path.join(output_dir, name)
+  """The run file `name` (HPARAMS_FILE or RUN_FILE) of `output_dir`, as RunDir names it."""
+  run = RunDir(output_dir)
+  return {HPARAMS_FILE: run.hparams_file, RUN_FILE: run.run_file}[name]
 
 
 def _read_json(path: str) -> dict:
@@ -87,11 +92,13 @@ def _write_json(path: str, value: dict) -> None:
 
 
 def save_or_check_run_files(output_dir: str, hparams: HParams, problem_name: str,
-                            spec: ModelSpec, vocab: Optional[List[dict]] = None) -> None:
+                            spec: ModelSpec, vocab: Optional[List[dict]] = None,
+                            data_dir: Optional[str] = None) -> None:
   """Writes hparams.json and run.json, or checks them against an existing run.
 
   The status entries of an existing run.json (STATUS_KEYS) are kept. `vocab`
   (`vocab_record`) is recorded; a run.json without one (an older version's) gets it.
+  `data_dir`, when given, is recorded (absolute) as the run's DATA_DIR_KEY.
 
   Raises:
     ValueError: when `output_dir` is a file, or holds a run with other hparams,
@@ -123,6 +130,8 @@ def save_or_check_run_files(output_dir: str, hparams: HParams, problem_name: str
       raise ValueError(f"{output_dir} holds a run of the vocabulary {old_vocab}, not "
                        f"{vocab}. Use another --output_dir, or the run's --data_dir.")
     vocab = vocab if vocab is not None else old_vocab
+  if data_dir is not None:
+    status[DATA_DIR_KEY] = data_dir if "://" in data_dir else os.path.abspath(data_dir)
   tf.io.gfile.makedirs(output_dir)
   file_io.write_text(hparams_path, hparams.to_json())
   _write_json(run_path, {**run, **({VOCAB_KEY: vocab} if vocab is not None else {}), **status})
@@ -249,6 +258,25 @@ def last_stop(output_dir: str) -> Tuple[Optional[int], Optional[str]]:
   run_path = _path(output_dir, RUN_FILE)
   run = _read_json(run_path) if tf.io.gfile.exists(run_path) else {}
   return run.get("stop_step"), run.get("stop_reason")
+
+
+def recorded_data_dir(output_dir: str) -> Optional[str]:
+  """The --data_dir run.json records (None: not recorded, or no longer there)."""
+  path = _path(output_dir, RUN_FILE)
+  try:
+    data_dir = _read_json(path).get(DATA_DIR_KEY) if tf.io.gfile.exists(path) else None
+  except (ValueError, AttributeError):  # damaged: load_run_files reports it
+    return None
+  return data_dir if data_dir and tf.io.gfile.isdir(data_dir) else None
+
+
+def adam_step_offset(output_dir: str) -> int:
+  """The `FusedAdam` adam_step_offset of a run: non-zero only for a T2T run imported
+  without its Adam state, recorded in its t2t_import.json (`t2t_import.py`)."""
+  path = RunDir(output_dir).import_record
+  if not tf.io.gfile.exists(path):
+    return 0
+  return int(_read_json(path).get("adam_step_offset", 0))
 
 
 def load_run_files(output_dir: str) -> Tuple[HParams, str, ModelSpec]:

@@ -23,7 +23,9 @@ from typing import Callable, Optional
 
 from t2t_keras import errors
 
-LOCK_NAME = ".trainer.lock"
+from t2t_keras.run_layout import RunDir
+
+LOCK_NAME = os.path.basename(RunDir("").lock_file)
 
 
 class RunLock:
@@ -34,7 +36,7 @@ class RunLock:
   """
 
   def __init__(self, directory: str, log: Callable[[str], None] = print):
-    self.path = os.path.join(directory, LOCK_NAME)
+    self.path = RunDir(directory).lock_file
     self.directory = directory
     self.log = log
     self._fd: Optional[int] = None

@@ -27,11 +27,10 @@ import numpy as np
 import tensorflow as tf
 
 from t2t_keras.hparams import HParams, create_hparams, list_hparams_sets
+from t2t_keras.run_layout import RunDir
 from t2t_keras.t2t_import_hparams import (T2T_INERT_HPARAMS, T2T_REQUIRED_VALUES,  # noqa: F401
                                           hparams_from_t2t, overrides_for, read_t2t_flags)
 
-# The import's provenance in the run directory (and Adam's step offset).
-IMPORT_RECORD = "t2t_import.json"
 # Variables of a T2T checkpoint that are not model weights.
 _IGNORED_VARIABLE_RE = re.compile(
     r"(^|/)(Adam|Adam_\d+|Adafactor\w*|Momentum|beta[12]_power|global_step)$|"
@@ -446,24 +445,15 @@ def _write_notes(directory: str, problem_name: str, result: Dict[str, Any], sour
                  assigned: int) -> None:
   """trainer_flags.txt (for t2t_keras_trainer --flagfile) and t2t_import.json (provenance)."""
   from data_gen import file_io
-  file_io.write_text(os.path.join(directory, "trainer_flags.txt"), "".join(
+  run = RunDir(directory)
+  file_io.write_text(run.trainer_flags, "".join(
       f"--{k}={v}\n" for k, v in (("problem", problem_name),
                                   ("hparams_set", result["hparams_set"]),
                                   ("hparams", result["hparams"]),
                                   ("output_dir", result["output_dir"]))))
-  file_io.write_text(os.path.join(directory, IMPORT_RECORD), json.dumps(
+  file_io.write_text(run.import_record, json.dumps(
       dict(result, t2t_checkpoint=os.path.abspath(source), t2t_variables=assigned),
       indent=2, sort_keys=True))
-
-
-def adam_step_offset(output_dir: str) -> int:
-  """The `FusedAdam` adam_step_offset of a run (non-zero only for a T2T run
-  imported without its Adam state; recorded in its t2t_import.json)."""
-  path = os.path.join(output_dir, IMPORT_RECORD)
-  if not tf.io.gfile.exists(path):
-    return 0
-  with tf.io.gfile.GFile(path) as f:
-    return int(json.load(f).get("adam_step_offset", 0))
 
 
 def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Optional[str] = None,

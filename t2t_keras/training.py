@@ -215,11 +215,15 @@ class Trainer:
 
     return tf.function(step_fn)
 
-  def train_step(self, iterator: Iterator) -> Dict[str, float]:
-    """One update from `accumulate_steps` micro-batches of a distributed iterator."""
+  def train_step(self, iterator: Iterator) -> "StepResult":
+    """One update from `accumulate_steps` micro-batches of a distributed iterator:
+    its metrics, the step reached and whether the step was finite (`StepResult`)."""
     if self._train_fn is None:
       self._train_fn = self._build_train_fn()
-    out = {k: float(v) for k, v in self._train_fn(iterator).items()}
+    attempted = self.step + 1  # under float16 loss scaling a skipped update keeps the step
+    out = StepResult({k: float(v) for k, v in self._train_fn(iterator).items()})
+    out.step, out.attempted_step = self.step, attempted
+    out.non_finite = non_finite_metrics(out, self.loss_scaled)
     self.flops_seen += out["flops"]
     return out
 
@@ -292,6 +296,24 @@ class Trainer:
     total = self._agree_fn(tf.constant([float(bool(f)) for f in flags]))
     return tuple(bool(v > 0.5) for v in total.numpy())
 
+
+
+class StepResult(dict):
+  """A train step's metrics (`loss`, `grad_norm`, `tokens`, `flops`, ...: floats), and
+
+    step: the optimizer's step after it;
+    attempted_step: the step it tried to reach (step + 1 before it; a float16
+      update skipped for non-finite gradients leaves `step` below it);
+    non_finite: what of the loss and gradient norm is not finite ("" when the step
+      was finite; `non_finite_metrics`).
+  """
+  step: int = 0
+  attempted_step: int = 0
+  non_finite: str = ""
+
+  @property
+  def finite(self) -> bool:
+    return not self.non_finite
 
 
 def _is_bias(variable) -> bool:

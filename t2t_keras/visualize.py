@@ -348,7 +348,8 @@ def plot_training_curves(output_dir: str, path: str, size: Tuple[int, int] = CUR
     ValueError: no `loss` scalar in either directory.
   """
   train = read_scalars(output_dir)
-  eval_dir = os.path.join(output_dir, "eval")
+  from t2t_keras.run_layout import RunDir
+  eval_dir = RunDir(output_dir).eval_dir
   evals = read_scalars(eval_dir) if tf.io.gfile.isdir(eval_dir) else {}
   if "loss" not in train and "loss" not in evals:
     raise ValueError(f"No 'loss' scalars in the TensorBoard event files of {output_dir} or "

@@ -73,9 +73,9 @@ ALLOW_LIST = {
             "tests/test_training.py", "needs a compiled multi-batch step"),
         # Selects the trainer's mixed-precision policy (precision.mode_for); the
         # policy's effect on a training step is tested in test_mixed_precision_training.
-        "activation_dtype": ("t2t_keras/cli/trainer.py", "hparams.activation_dtype",
+        "activation_dtype": ("t2t_keras/run_training.py", "hp.activation_dtype",
                              "tests/test_t2t_hparams_sets.py",
-                             "a process-wide Keras policy, set by the trainer CLI"),
+                             "a process-wide Keras policy, set by t2t_keras.train"),
         # Shuffling order of training batches (seeded shuffle buffer size).
         "batch_shuffle_size": ("t2t_keras/inputs.py", "batch_shuffle_size",
                                "tests/test_inputs.py",

@@ -16,6 +16,7 @@ import textwrap
 import pytest
 
 from t2t_keras import hparams as hp_lib
+from t2t_keras import hparams_sets
 from t2t_keras import precision
 from t2t_keras.t2t_import_hparams import hparams_from_t2t
 from tests.cli_in_process import run_cli, run_cli_output
@@ -54,7 +55,7 @@ def test_the_extraction_covers_every_set_t2t_registers():
 
 def test_every_t2t_set_is_built_or_refused_never_unknown():
   built = set(hp_lib.list_hparams_sets())
-  refused = set(hp_lib.REFUSED_HPARAMS_SETS)
+  refused = set(hparams_sets.REFUSED_HPARAMS_SETS)
   assert not built & refused
   assert set(T2T_SETS) == (built - OURS_ONLY) | refused
 
@@ -78,9 +79,9 @@ def test_hparams_fields_t2t_has_no_hparam_for_hold_its_fixed_values():
     assert (ours.min_timescale, ours.max_timescale) == (1.0, 1.0e4), name
 
 
-@pytest.mark.parametrize("name", sorted(hp_lib.REFUSED_HPARAMS_SETS))
+@pytest.mark.parametrize("name", sorted(hparams_sets.REFUSED_HPARAMS_SETS))
 def test_refused_sets_raise_naming_the_set_and_the_reason(name):
-  reason = hp_lib.REFUSED_HPARAMS_SETS[name]
+  reason = hparams_sets.REFUSED_HPARAMS_SETS[name]
   with pytest.raises(ValueError) as info:
     hp_lib.create_hparams(name)
   message = str(info.value)

@@ -17,8 +17,10 @@ import pytest
 import tensorflow as tf
 
 from tests.scripts.step_utils import one_step
+from tests.test_decoding import SCORE_EPS
 from tests.t2t_numpy_model import T2TNumpyTransformer
 from t2t_keras import t2t_import
+from t2t_keras import run_dir as run_dir_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
@@ -133,6 +135,14 @@ def test_exported_beam_search_equals_numpy_t2t_beam_search_per_sentence(imported
                                       encoders)
   served = tf.saved_model.load(version)
   ref = _reference()
+  # eps of the near-tie rule (tests/near_ties.py): the float32 model's log-probs of
+  # these sentences' beams differ from this float64 NumPy model's by < 4e-6 (a few
+  # float32 ulps of sums near -90, ulp 7.6e-6), and its cached decode's from its full
+  # pass by less than SCORE_EPS (1e-4, tests/test_decoding.py); SCORE_EPS bounds both
+  # with room. So the served ids are the port's, or the port made a choice by a margin
+  # <= 2 * SCORE_EPS, where the CPU's rounding picks the side (at most one of two).
+  # (This port's margins here are 1.2e-3 and 4.2e-3: no tie today.)
+  ties = 0
   for source, _ in SENTENCES[:2]:
     # T2T's serving client (serving_utils._make_example): ids + EOS, int64 "inputs".
     ids = encoders["inputs"].encode(source) + [1]
@@ -140,14 +150,19 @@ def test_exported_beam_search_equals_numpy_t2t_beam_search_per_sentence(imported
         "inputs": tf.train.Feature(int64_list=tf.train.Int64List(value=ids))}))
     out = served.signatures["serialized_example"](
         input=tf.constant([example.SerializeToString()]))
+    margins = []
     seqs, scores = t2t_beam_search(ref.logits_fn(ids), 4, 0.6, len(ids) + extra_length,
-                                   8190, eos_id=1, stop_early=True)
+                                   8190, eos_id=1, stop_early=True, margins=margins)
     got = np.trim_zeros(out["outputs"].numpy()[0], "b")
-    np.testing.assert_array_equal(got, np.trim_zeros(seqs[0], "b"))
-    np.testing.assert_allclose(out["scores"].numpy()[0], scores[0], rtol=1e-5)
+    if not np.array_equal(got, np.trim_zeros(seqs[0], "b")):
+      assert min(margins) <= 2 * SCORE_EPS, (source, got, seqs[0], min(margins))
+      ties += 1
+    else:
+      np.testing.assert_allclose(out["scores"].numpy()[0], scores[0], rtol=1e-5)
     text = served.signatures["serving_default"](inputs=tf.constant([source]))
     want = encoders["targets"].decode([int(i) for i in got if i not in (0, 1)])
-    assert text["outputs"].numpy()[0].decode() == want
+    assert text["outputs"].numpy()[0].decode() == want  # same decode, same shape: exact
+  assert ties <= 1, ties
 
 
 def _write_tfrecord(path, pairs):
@@ -400,7 +415,7 @@ def test_fine_tuning_takes_t2t_adams_next_two_updates(tmp_path, source):
   assert ("Adam starts fresh" in lines[-1]) == fresh, lines
   hp, _, spec = run_dir.load_run_files(run)
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=100000,
-                    adam_step_offset=t2t_import.adam_step_offset(run))
+                    adam_step_offset=run_dir.adam_step_offset(run))
   config = experiment.RunConfig(output_dir=run, train_steps=100000)
   assert experiment.Experiment(trainer, config, None, None, log=lines.append).restore() == t2t_step
 
@@ -489,7 +504,7 @@ def test_adafactor_run_imports_with_its_adafactor_slots(tmp_path):
   lines, run = [], str(tmp_path / "run")
   t2t_import.import_t2t_run(str(t2t_dir), run, log=lines.append)
   assert "Adafactor state imported" in lines[-1], lines
-  assert t2t_import.adam_step_offset(run) == 0
+  assert run_dir.adam_step_offset(run) == 0
   hp, _, spec = run_dir.load_run_files(run)
   assert hp.optimizer == "adafactor"
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=1000)
@@ -522,7 +537,7 @@ def test_adafactor_import_without_or_with_partial_slots(tmp_path):
   lines = []
   t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "run"), log=lines.append)
   assert "Adafactor starts fresh (the checkpoint has no optimizer state)" in lines[-1]
-  assert t2t_import.adam_step_offset(str(tmp_path / "run")) == 50
+  assert run_dir_lib.adam_step_offset(str(tmp_path / "run")) == 50
   kernel = "transformer/body/encoder/layer_0/ffn/conv1/kernel"
   partial = tmp_path / "partial"
   partial.mkdir()
@@ -556,4 +571,4 @@ def test_multistep_run_imports_at_its_update_count(tmp_path):
   assert (result["global_step"], result["t2t_global_step"]) == (3, 13)
   assert result["checkpoint"].endswith("ckpt-3")
   assert any("13 is 1 micro-batch(es) into an accumulation of 4" in line for line in lines)
-  assert t2t_import.adam_step_offset(str(tmp_path / "run")) == 3  # no Adam state: fresh
+  assert run_dir_lib.adam_step_offset(str(tmp_path / "run")) == 3  # no Adam state: fresh

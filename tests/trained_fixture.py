@@ -31,7 +31,7 @@ def train_tiny_run(root: str, steps: int = 400, overrides: str = SMALL):
   spec = run_dir.ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
   output_dir = os.path.join(root, "run")
   run_dir.save_or_check_run_files(output_dir, hp, "translate_from_files", spec,
-                                  run_dir.vocab_record(problem, data_dir, enc))
+                                  run_dir.vocab_record(problem, data_dir, enc), data_dir=data_dir)
   tf.keras.utils.set_random_seed(0)
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=steps)
   config = experiment.RunConfig(output_dir=output_dir, train_steps=steps,

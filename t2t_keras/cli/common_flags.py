@@ -129,7 +129,7 @@ def define_experiment_flags(names=EXPERIMENT_FLAGS) -> None:
 
 
 def load_trained_run():
-  """Model, hparams, problem and encoders of --output_dir for decoder and exporter.
+  """The `TrainedRun` of --output_dir (`trained_run.open_run`) for decoder and exporter.
 
   The model computes in --mixed_precision (e.g. bfloat16 decoding).
 
@@ -141,7 +141,7 @@ def load_trained_run():
   from absl import app
 
   from data_gen import registry
-  from t2t_keras import run_dir
+  from t2t_keras import trained_run
   from t2t_keras.hparams import create_hparams
   FLAGS = flags.FLAGS
   for name in ("data_dir", "output_dir"):
@@ -153,27 +153,22 @@ def load_trained_run():
   from t2t_keras import precision
   # The model computes in the precision asked for (weights stay float32 either way).
   precision.set_mixed_precision(FLAGS.mixed_precision)
-  # Before the model is built: its ids mean nothing with another vocabulary.
-  run_dir.check_vocab(FLAGS.output_dir, FLAGS.data_dir, lambda line: print(line, file=sys.stderr))
+  log = lambda line: print(line, file=sys.stderr, flush=True)
   try:
-    model, hparams, problem_name, _, path = run_dir.load_trained_model(
-        FLAGS.output_dir, FLAGS.checkpoint_path,
-        log=lambda line: print(line, file=sys.stderr, flush=True))
+    run = trained_run.open_run(FLAGS.output_dir, FLAGS.checkpoint_path, FLAGS.data_dir, log=log)
   except FileNotFoundError as e:  # no hparams.json / run.json: not a training run
     raise app.UsageError(str(e)) from None
   if FLAGS.hparams_set:
     wanted = create_hparams(FLAGS.hparams_set, FLAGS.hparams)
-    if wanted != hparams:
-      diff = sorted(k for k, v in wanted.to_dict().items() if hparams.to_dict()[k] != v)
+    if wanted != run.hparams:
+      diff = sorted(k for k, v in wanted.to_dict().items() if run.hparams.to_dict()[k] != v)
       raise app.UsageError(f"--hparams_set/--hparams differ from {FLAGS.output_dir}/"
                            f"hparams.json in: {', '.join(diff)}. Omit them to use the run's.")
-  if FLAGS.problem and FLAGS.problem != problem_name:
+  if FLAGS.problem and FLAGS.problem != run.problem.name:
     raise app.UsageError(f"--problem={FLAGS.problem}, but {FLAGS.output_dir} was trained on "
-                         f"{problem_name}.")
-  problem = registry.problem(problem_name, FLAGS.data_dir)
-  encoders = problem.feature_encoders(FLAGS.data_dir)
-  print(f"Loaded {path} ({problem_name}).", file=sys.stderr, flush=True)
-  return model, hparams, problem, encoders
+                         f"{run.problem.name}.")
+  print(f"Loaded {run.checkpoint_path} ({run.problem.name}).", file=sys.stderr, flush=True)
+  return run
 
 
 def resolve_path_flags(*names: str) -> None:

@@ -31,7 +31,7 @@ import time
 from absl import app
 from absl import flags
 
-from data_gen import registry
+from data_gen import generate, registry
 from t2t_keras.cli import common_flags
 from t2t_keras.cli import file_checks
 
@@ -58,7 +58,7 @@ _define("string", "dev_source", None, "translate_from_files: dev source text fil
 _define("string", "dev_target", None, "translate_from_files: dev target text file.")
 _define("integer", "vocab_size", 2**15, "translate_from_files: approximate subword vocab size.")
 
-_FILE_FLAGS = ("train_source", "train_target", "dev_source", "dev_target")
+_FILE_FLAGS = generate.FILE_ARGS
 
 
 def _progress(stage: str, done: int, total) -> None:
@@ -71,19 +71,6 @@ def _progress(stage: str, done: int, total) -> None:
   else:
     msg = "%s: %d examples" % (stage, done)
   print("[t2t_keras_datagen %s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
-
-
-def _make_problem(name: str, data_dir: str):
-  given = {f: getattr(FLAGS, f) for f in _FILE_FLAGS if getattr(FLAGS, f)}
-  if name != "translate_from_files":
-    if given:
-      raise ValueError("--%s only apply to --problem=translate_from_files, not %r"
-                       % (", --".join(given), name))
-    return registry.problem(name, data_dir=data_dir)
-  if not given:
-    return registry.problem(name, data_dir=data_dir)  # rerun: config saved in data_dir
-  cls = registry.problem_class(name)
-  return cls(vocab_size=FLAGS.vocab_size, **{f: getattr(FLAGS, f) for f in _FILE_FLAGS})
 
 
 def _summary(name: str, data_dir: str, result) -> str:
@@ -110,7 +97,7 @@ def run(argv) -> int:
     print("t2t_keras_datagen: unexpected arguments %r" % (argv[1:],), file=sys.stderr)
     return 2
   try:
-    registry.import_usr_dir(FLAGS.t2t_usr_dir)
+    registry.import_usr_dir(FLAGS.t2t_usr_dir)  # before the problem names are listed
     if not FLAGS.problem or not FLAGS.data_dir:
       raise ValueError("--problem and --data_dir are required (got --problem=%r --data_dir=%r); "
                        "problems: %s" % (FLAGS.problem, FLAGS.data_dir,
@@ -121,10 +108,10 @@ def run(argv) -> int:
       if getattr(FLAGS, name):
         file_checks.check_input_file(name, getattr(FLAGS, name),
                                      "a UTF-8 text file, one sentence per line")
-    problem = _make_problem(FLAGS.problem, data_dir)
-    result = problem.generate_data(data_dir, tmp_dir, num_shards=FLAGS.num_shards,
-                                   max_cases=FLAGS.max_cases, random_seed=FLAGS.random_seed,
-                                   progress=_progress)
+    result = generate.generate_data(
+        FLAGS.problem, data_dir, tmp_dir, num_shards=FLAGS.num_shards,
+        max_cases=FLAGS.max_cases, random_seed=FLAGS.random_seed, vocab_size=FLAGS.vocab_size,
+        progress=_progress, **{f: getattr(FLAGS, f) for f in _FILE_FLAGS})
   except ValueError as e:
     print("t2t_keras_datagen: error: %s" % e, file=sys.stderr)
     return 2  # a user error (as in the trainer): unknown problem, bad flags, a failed download

@@ -85,15 +85,14 @@ def main(argv):
   elif not FLAGS.decode_interactive:
     lines, reference, refs = _read_source_and_reference(decode_hp)
   _check_engine_flags()
-  from t2t_keras import bleu, decode_text, evalb
-  model, _, problem, encoders = common_flags.load_trained_run()
-  log = lambda line: print(line, file=sys.stderr, flush=True)
+  from t2t_keras import bleu, evalb
+  run = common_flags.load_trained_run()
+  problem = run.problem
   if FLAGS.engine == "ctranslate2":
-    decoder = _ctranslate2_decoder(model, problem, encoders, decode_hp, log)
+    decoder = _ctranslate2_decoder(run, decode_hp)
   else:
-    decoder = decode_text.TextDecoder(
-        model, encoders, decode_hp, use_cache=FLAGS.decode_use_cache,
-        jit_compile=FLAGS.decode_jit_compile, log=log)
+    decoder = run.decoder(decode_hp, use_cache=FLAGS.decode_use_cache,
+                          jit_compile=FLAGS.decode_jit_compile)
   if FLAGS.score_file:
     scores = decoder.score_pairs([p[0] for p in pairs], [p[1] for p in pairs])
     _emit([f"{s:.6f}" for s in scores])
@@ -141,28 +140,21 @@ def _check_engine_flags():
                          "with t2t_keras_exporter --export_format=ctranslate2.")
 
 
-def _ctranslate2_decoder(model, problem, encoders, decode_hp, log):
+def _ctranslate2_decoder(run, decode_hp):
   """A CTranslate2Decoder of --ctranslate2_model_dir, else of the run converted now."""
-  import tempfile
-
-  from t2t_keras import ctranslate2_decode, ctranslate2_export
-  kwargs = dict(compute_type=FLAGS.compute_type, log=log)
+  from t2t_keras import ctranslate2_export
   if FLAGS.ctranslate2_model_dir:
     try:
-      return ctranslate2_decode.CTranslate2Decoder(FLAGS.ctranslate2_model_dir, encoders,
-                                                   decode_hp, **kwargs)
+      return run.decoder(decode_hp, "ctranslate2", compute_type=FLAGS.compute_type,
+                         ctranslate2_model_dir=FLAGS.ctranslate2_model_dir)
     except FileNotFoundError as e:
       raise app.UsageError(f"--ctranslate2_model_dir: {e}") from None
   try:
-    ctranslate2_export.check_convertible(model.hparams)
+    ctranslate2_export.check_convertible(run.hparams)
   except ctranslate2_export.NotConvertibleError as e:
     raise app.UsageError(f"--engine=ctranslate2: {FLAGS.output_dir} cannot be converted: "
                          f"{e} Use --engine=tensorflow.") from None
-  vocab = problem.vocab_paths(FLAGS.data_dir)
-  with tempfile.TemporaryDirectory(prefix="t2t-keras-ctranslate2-") as tmp:
-    model_dir = ctranslate2_export.export(model, vocab, os.path.join(tmp, "model"))
-    log(f"Converted {FLAGS.output_dir} to CTranslate2 ({FLAGS.compute_type}).")
-    return ctranslate2_decode.CTranslate2Decoder(model_dir, encoders, decode_hp, **kwargs)
+  return run.decoder(decode_hp, "ctranslate2", compute_type=FLAGS.compute_type)
 
 
 def _run_problem():

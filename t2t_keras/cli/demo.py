@@ -32,6 +32,7 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once)
+from t2t_keras.run_layout import RunDir  # noqa: E402
 from data_gen import file_io  # noqa: E402
 from t2t_keras import cpu_info  # noqa: E402
 from t2t_keras.cli import demo_budget, quiet_logs  # noqa: E402
@@ -233,7 +234,7 @@ def model_size(flagfile: str):
 
 
 def _has_checkpoint(run: str) -> bool:
-  return os.path.exists(os.path.join(run, "checkpoint"))
+  return os.path.exists(RunDir(run).checkpoint_state_file)
 
 
 def _read_json(path: str) -> dict:
@@ -259,7 +260,7 @@ def _average(run: str):
   chosen = demo_budget.checkpoints_to_average(sorted(paths), FLAGS.average_fraction,
                                               FLAGS.num_last_checkpoints)
   latest = chosen[0]
-  averaged = os.path.join(run, "averaged", f"from-step-{latest}", "averaged.ckpt")
+  averaged = os.path.join(RunDir(run).averaged_dir, f"from-step-{latest}", "averaged.ckpt")
   print(f"  steps {', '.join(map(str, chosen))} (the last {FLAGS.average_fraction:.0%} of "
         f"training, at most {FLAGS.num_last_checkpoints})", flush=True)
   if not _done(averaged + ".index"):

@@ -18,7 +18,6 @@ decoder reads them.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import app, flags
@@ -41,7 +40,7 @@ flags.DEFINE_string("export_dir", None,
 def main(argv):
   del argv
   common_flags.resolve_path_flags("data_dir", "output_dir", "checkpoint_path")
-  from t2t_keras import export
+  from t2t_keras import trained_run
   from t2t_keras.hparams import create_decode_hparams
   # decode_hparams are baked into the graph, e.g. 'beam_size=4,alpha=0.6,return_beams=true'.
   try:  # T2T's sampling settings may come in --hparams too (sampling_method=random).
@@ -51,21 +50,16 @@ def main(argv):
   if FLAGS.export_format == "ctranslate2":
     _export_ctranslate2()
     return
-  export_dir = FLAGS.export_dir or os.path.join(FLAGS.output_dir or "", "export")
-  if os.path.exists(export_dir) and not os.path.isdir(export_dir):
-    raise app.UsageError(f"--export_dir={export_dir} is a file, not a directory.")
-  base, last = os.path.split(os.path.normpath(export_dir))
-  if last.isdigit():  # TF Serving would take a numbered directory for a version
-    raise app.UsageError(
-        f"--export_dir={export_dir} ends in a version number, but it is the model base path "
-        f"(tensorflow_model_server's --model_base_path): each export adds a new version "
-        f"<export_dir>/<N>. Give --export_dir={base or '.'} to write its next version.")
+  from t2t_keras.run_layout import RunDir
+  export_dir = FLAGS.export_dir or RunDir(FLAGS.output_dir or "").export_dir
+  try:
+    trained_run.check_export_dir(export_dir)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
   file_checks.check_output_dir("export_dir", export_dir)
-  model, hparams, problem, encoders = common_flags.load_trained_run()
-  vocab_files = problem.vocab_paths(FLAGS.data_dir)
+  run = common_flags.load_trained_run()
   print(f"Exporting with {decode_hp} ...", file=sys.stderr, flush=True)
-  target = export.export_saved_model(model, hparams, decode_hp, vocab_files, export_dir,
-                                     encoders=encoders)
+  target = run.export_saved_model(export_dir, decode_hp)
   print(f"Exported {target}", flush=True)
 
 
@@ -78,14 +72,13 @@ def _export_ctranslate2():
     raise app.UsageError(f"--export_format=ctranslate2: {e}") from None
   export_dir = FLAGS.export_dir or ctranslate2_decode.default_model_dir(FLAGS.output_dir or "")
   file_checks.check_output_dir("export_dir", export_dir)
-  model, hparams, problem, _ = common_flags.load_trained_run()
-  vocab_files = problem.vocab_paths(FLAGS.data_dir)
+  run = common_flags.load_trained_run()
   try:
-    ctranslate2_export.check_convertible(hparams)
+    ctranslate2_export.check_convertible(run.hparams)
   except ctranslate2_export.NotConvertibleError as e:
     raise app.UsageError(f"{FLAGS.output_dir} cannot be exported to CTranslate2: {e}") from None
   try:
-    target = ctranslate2_export.export(model, vocab_files, export_dir)
+    target = run.export_ctranslate2(export_dir)
   except FileExistsError as e:
     raise app.UsageError(f"--export_dir: {e}") from None
   print(f"Exported {target} (CTranslate2; decode with t2t_keras_decoder --engine=ctranslate2 "

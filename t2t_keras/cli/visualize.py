@@ -39,14 +39,13 @@ flags.DEFINE_bool("curves", False, "Also plot loss and BLEU over steps from the 
 EXTRA_DECODE_LENGTH = 50  # T2T's decode_hparams.extra_length.
 
 
-def _load_model(output_dir: str, checkpoint_path):
-  """The run's model with the weights of `checkpoint_path` (default: the newest loadable)."""
-  import sys
-
-  from t2t_keras import checkpoints, run_dir
+def _open_run(output_dir: str, checkpoint_path, data_dir: str):
+  """The run (`open_run`) with the weights of `checkpoint_path` (default: the newest
+  loadable), its vocabulary checked against `data_dir`'s."""
+  from t2t_keras import checkpoints, trained_run
   try:
-    return run_dir.load_trained_model(
-        output_dir, checkpoint_path, log=lambda line: print(line, file=sys.stderr, flush=True))[0]
+    return trained_run.open_run(output_dir, checkpoint_path, data_dir,
+                                log=lambda line: print(line, file=sys.stderr, flush=True))
   except checkpoints.NonFiniteWeightsError:
     raise  # one line naming the variable (run_cli)
   except checkpoints.CheckpointError as e:
@@ -58,7 +57,7 @@ def _load_model(output_dir: str, checkpoint_path):
 
 def _attention_pictures(hparams, problem_name: str, plot_dir: str) -> list:
   from data_gen import registry
-  from t2t_keras import run_dir, visualize
+  from t2t_keras import visualize
 
   kinds = visualize.KINDS if FLAGS.kind == "all" else (FLAGS.kind,)
   head = None if FLAGS.all_heads else FLAGS.head
@@ -69,11 +68,9 @@ def _attention_pictures(hparams, problem_name: str, plot_dir: str) -> list:
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   registry.import_usr_dir(FLAGS.t2t_usr_dir)
-  problem = registry.problem(problem_name, FLAGS.data_dir)
-  run_dir.check_vocab(FLAGS.output_dir, FLAGS.data_dir,  # before the model
-                      lambda line: print(line, file=sys.stderr), problem)
-  encoders = problem.feature_encoders(FLAGS.data_dir)
-  model = _load_model(FLAGS.output_dir, FLAGS.checkpoint_path)
+  registry.problem(problem_name, FLAGS.data_dir)  # a problem not registered: one line
+  run = _open_run(FLAGS.output_dir, FLAGS.checkpoint_path, FLAGS.data_dir)
+  model, encoders = run.model, run.encoders
   input_ids = encoders["inputs"].encode(FLAGS.sentence) + [visualize.EOS_ID]
   if FLAGS.target is not None:
     target_ids = encoders["targets"].encode(FLAGS.target) + [visualize.EOS_ID]
@@ -104,7 +101,8 @@ def main(argv):
     visualize.check_matplotlib()
   except ImportError as e:
     raise app.UsageError(str(e)) from None
-  plot_dir = FLAGS.plot_dir or os.path.join(FLAGS.output_dir, "plots")
+  from t2t_keras.run_layout import RunDir
+  plot_dir = FLAGS.plot_dir or RunDir(FLAGS.output_dir).plots_dir
   file_checks.check_output_dir("plot_dir" if FLAGS.plot_dir else "output_dir", plot_dir)
   if FLAGS.sentence is not None:
     try:

@@ -136,6 +136,7 @@ def attention_bias_visible(visible: tf.Tensor) -> tf.Tensor:
   return tf.where(visible, 0.0, large_compatible_negative(tf.float32))
 
 
+@keras.saving.register_keras_serializable(package="t2t_keras")
 class MultiHeadAttention(keras.layers.Layer):
   """T2T multi-head attention (`common_attention.multihead_attention`).
 

@@ -12,6 +12,7 @@ import keras
 from t2t_keras.perf import bias_grad
 
 
+@keras.saving.register_keras_serializable(package="t2t_keras")
 class Dense(keras.layers.Dense):
   """Keras' `Dense` computed by `perf.bias_grad.dense`.
 

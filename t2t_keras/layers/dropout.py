@@ -26,6 +26,7 @@ def noise_shape(broadcast_dims: Sequence[int], rank: int) -> Optional[Tuple[Opti
   return tuple(1 if i in shared else None for i in range(rank))
 
 
+@keras.saving.register_keras_serializable(package="t2t_keras")
 class Dropout(keras.layers.Dropout):
   """`keras.layers.Dropout` computed by `perf.dropout.dropout_layer`.
 

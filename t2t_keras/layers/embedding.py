@@ -47,6 +47,7 @@ def get_timing_signal_1d(length, channels: int, min_timescale: float = 1.0,
   return signal[None]
 
 
+@keras.saving.register_keras_serializable(package="t2t_keras")
 class PositionEmbedding(keras.layers.Layer):
   """Adds a position signal chosen by T2T's `hparams.pos`.
 
@@ -111,6 +112,7 @@ class PositionEmbedding(keras.layers.Layer):
     return config
 
 
+@keras.saving.register_keras_serializable(package="t2t_keras")
 class SymbolModality(keras.layers.Layer):
   """T2T's symbol modality: embedding lookup and (optionally tied) softmax weights.
 

@@ -12,6 +12,7 @@ from t2t_keras.layers.initializers import get_variable_initializer
 from t2t_keras.layers.layer_norm import LayerNorm
 
 
+@keras.saving.register_keras_serializable(package="t2t_keras")
 class DenseReluDense(keras.layers.Layer):
   """T2T `dense_relu_dense`: dense(filter, relu, bias) -> dropout -> dense(hidden, bias).
 
@@ -68,6 +69,7 @@ class DenseReluDense(keras.layers.Layer):
     return config
 
 
+@keras.saving.register_keras_serializable(package="t2t_keras")
 class LayerPrepostprocess(keras.layers.Layer):
   """T2T's `layer_prepostprocess`: apply a sequence of "a", "d", "n", "z" ops.
 

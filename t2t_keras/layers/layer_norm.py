@@ -12,6 +12,7 @@ import keras
 from t2t_keras.perf import layer_norm
 
 
+@keras.saving.register_keras_serializable(package="t2t_keras")
 class LayerNorm(keras.layers.LayerNormalization):
   """Keras' `LayerNormalization` over the last axis, computed by `perf.layer_norm.layer_norm`.
 

@@ -40,7 +40,7 @@ class HParamsLayer(keras.layers.Layer):
   @classmethod
   def from_config(cls, config):
     config = dict(config)
-    config["hparams"] = HParams(**config["hparams"])
+    config["hparams"] = HParams.from_dict(config["hparams"])
     return cls(**config)
 
 
@@ -92,6 +92,7 @@ def _feed_forward(layer, x, training):
   return layer.ffn_post(x, y, training=training)
 
 
+@keras.saving.register_keras_serializable(package="t2t_keras")
 class EncoderLayer(HParamsLayer):
   """One encoder layer: self-attention then FFN.
 
@@ -119,6 +120,7 @@ class EncoderLayer(HParamsLayer):
     return (x, scores) if return_attention_scores else x
 
 
+@keras.saving.register_keras_serializable(package="t2t_keras")
 class DecoderLayer(HParamsLayer):
   """One decoder layer: causal self-attention, encoder-decoder attention, FFN.
 
@@ -202,6 +204,7 @@ class _Stack(HParamsLayer):
     self.final.build(input_shape)
 
 
+@keras.saving.register_keras_serializable(package="t2t_keras")
 class TransformerEncoder(_Stack):
   """`encoder_layers` EncoderLayers and the final preprocess.
 
@@ -225,6 +228,7 @@ class TransformerEncoder(_Stack):
     return (x, scores) if return_attention_scores else x
 
 
+@keras.saving.register_keras_serializable(package="t2t_keras")
 class TransformerDecoder(_Stack):
   """`decoder_layers` DecoderLayers and the final preprocess.
 

@@ -1,0 +1,71 @@
+"""`generate_data(problem, data_dir, ...)`: T2T's t2t-datagen as a library call.
+
+  import t2t_keras
+  t2t_keras.generate_data("translate_from_files", "work/my_data",
+                          train_source="train.en", train_target="train.de",
+                          dev_source="dev.en", dev_target="dev.de", vocab_size=8192)
+
+`t2t_keras_datagen` is its command line; arguments have the flags' names and
+meaning (`t2t_keras_datagen --help`): a setting left None is the one the
+data_dir's manifest remembers, so a second call resumes or reproduces the first.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Optional
+
+from data_gen import registry
+
+# translate_from_files' own settings (the problem's constructor arguments).
+FILE_ARGS = ("train_source", "train_target", "dev_source", "dev_target")
+
+
+def make_problem(name: str, data_dir: str, vocab_size: int = 2**15, **files: Optional[str]):
+  """The problem to generate: registered `name`, or translate_from_files on `files`.
+
+  Raises:
+    ValueError: an unknown problem, or file arguments for another problem.
+  """
+  given = {k: v for k, v in files.items() if v}
+  unknown = sorted(set(files) - set(FILE_ARGS))
+  if unknown:
+    raise ValueError(f"unknown argument(s) {', '.join(unknown)}; translate_from_files takes "
+                     f"{', '.join(FILE_ARGS)} and vocab_size")
+  if name != "translate_from_files":
+    if given:
+      raise ValueError("--%s only apply to --problem=translate_from_files, not %r"
+                       % (", --".join(given), name))
+    return registry.problem(name, data_dir=data_dir)
+  if not given:
+    return registry.problem(name, data_dir=data_dir)  # rerun: config saved in data_dir
+  return registry.problem_class(name)(vocab_size=vocab_size, **given)
+
+
+def generate_data(problem: str, data_dir: str, tmp_dir: str = "/tmp/t2t_datagen",
+                  num_shards: Optional[int] = None, max_cases: Optional[int] = None,
+                  random_seed: Optional[int] = None, t2t_usr_dir: Optional[str] = None,
+                  vocab_size: int = 2**15,
+                  progress: Optional[Callable[[str, int, Optional[int]], None]] = None,
+                  **files: Optional[str]) -> dict:
+  """Writes the vocabulary and TFRecord shards of `problem` into `data_dir`.
+
+  Args:
+    problem: a registered problem name (`t2t_keras_datagen --help` lists them).
+    data_dir, tmp_dir, num_shards, max_cases, random_seed, t2t_usr_dir: as the flags.
+    vocab_size, train_source, train_target, dev_source, dev_target:
+      translate_from_files' settings.
+    progress: called as progress(stage, done, total) while generating.
+  Returns:
+    the generation's summary: {"splits": {split: counts}, "settings", "changed", ...}.
+  Raises:
+    ValueError: a bad argument, an unknown problem, a failed download.
+    OSError: e.g. a full disk; the unfinished split's files were removed and the
+      manifest is marked incomplete.
+  """
+  registry.import_usr_dir(t2t_usr_dir)
+  data_dir = os.path.abspath(os.path.expanduser(data_dir))
+  tmp_dir = os.path.abspath(os.path.expanduser(tmp_dir))
+  prob = make_problem(problem, data_dir, vocab_size, **files)
+  return prob.generate_data(data_dir, tmp_dir, num_shards=num_shards, max_cases=max_cases,
+                            random_seed=random_seed, progress=progress)

@@ -1,0 +1,101 @@
+"""`RunDir`: every path of a training run directory, named in one place.
+
+A run directory (`t2t_keras_trainer --output_dir`) holds
+
+  hparams.json            every model and training hparam (`run_dir.py` writes it)
+  run.json                the run's identity and its last stop (`run_dir.py`)
+  checkpoint, ckpt-<N>.*  the checkpoints (`experiment.py`; a checkpoint directory's
+                          own layout, damaged/ and replaced-*/ included, is
+                          `checkpoints.py`'s, as it holds for any such directory)
+  events.*, eval/         TensorBoard logs of training and of evaluation
+  superseded/             checkpoint files found in the way of a save, moved aside
+  tmp_worker_<N>/         a non-chief worker's own checkpoints and logs
+  .trainer.lock           one trainer at a time (`run_lock.py`)
+  t2t_import.json, trainer_flags.txt   a run imported from T2T (`t2t_import.py`)
+  averaged/               averaged checkpoints (`t2t_keras_avg_checkpoints`)
+  export/<version>/       SavedModels for TF Serving (`t2t_keras_exporter`)
+  export_ctranslate2/     the CTranslate2 model directory
+  plots/                  `t2t_keras_visualize`'s figures
+
+Every module asks a `RunDir` for these paths rather than joining names itself.
+No TensorFlow here: paths only, so a CLI's `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+  """The paths of the run directory `path` (a local path or a gfile URL)."""
+  path: str
+
+  def _join(self, *names: str) -> str:
+    return os.path.join(self.path, *names)
+
+  @property
+  def hparams_file(self) -> str:
+    return self._join("hparams.json")
+
+  @property
+  def run_file(self) -> str:
+    return self._join("run.json")
+
+  @property
+  def checkpoint_dir(self) -> str:
+    """The chief's checkpoints and the `checkpoint` state file."""
+    return self.path
+
+  @property
+  def checkpoint_state_file(self) -> str:
+    """`checkpoint`: the CheckpointManager's list of the chief's checkpoints."""
+    return self._join("checkpoint")
+
+  def checkpoint(self, step: int) -> str:
+    """The prefix of the checkpoint of `step` (`tf.train.CheckpointManager`'s name)."""
+    return self._join(f"ckpt-{step}")
+
+  @property
+  def eval_dir(self) -> str:
+    return self._join("eval")
+
+  @property
+  def superseded_dir(self) -> str:
+    return self._join("superseded")
+
+  def worker_dir(self, task_id: int) -> str:
+    """A non-chief worker's checkpoint directory; its logs go to `logs/` in it."""
+    return self._join(f"tmp_worker_{task_id}")
+
+  @property
+  def lock_file(self) -> str:
+    return self._join(".trainer.lock")
+
+  @property
+  def import_record(self) -> str:
+    """t2t_import.json: where an imported run came from and its Adam step offset."""
+    return self._join("t2t_import.json")
+
+  @property
+  def trainer_flags(self) -> str:
+    """trainer_flags.txt of an imported run: for t2t_keras_trainer --flagfile."""
+    return self._join("trainer_flags.txt")
+
+  @property
+  def averaged_dir(self) -> str:
+    return self._join("averaged")
+
+  @property
+  def export_dir(self) -> str:
+    """The SavedModel base path (TF Serving's --model_base_path)."""
+    return self._join("export")
+
+  @property
+  def ctranslate2_dir(self) -> str:
+    return self._join("export_ctranslate2")
+
+  @property
+  def plots_dir(self) -> str:
+    return self._join("plots")

@@ -1,0 +1,169 @@
+"""`train(...) -> TrainedRun`: training as a library call; `t2t_keras_trainer` is its CLI.
+
+  import t2t_keras
+  run = t2t_keras.train("translate_ende_ding_bible8k", "transformer_tiny", "work/data",
+                        "work/train", hparams="learning_rate_warmup_steps=100",
+                        train_steps=300, random_seed=1)
+  run.translate(["the house is small"])
+
+Arguments are the trainer's flags, under the same names and defaults. Every
+setting and input is checked before anything is written to `output_dir`; the
+run directory is locked while the chief trains; calling it again on the same
+`output_dir` resumes from the newest checkpoint, as running the command again does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Callable, Optional
+
+from t2t_keras import errors
+
+TRAINING_SCHEDULES = ("train", "train_and_evaluate", "continuous_train_and_eval")
+
+
+def train(*args, **kwargs):
+  """Trains (or resumes) the run `output_dir`; returns it opened (`open_run`).
+
+  Args:
+    problem, hparams_set, hparams, data_dir, output_dir, train_steps, ...: as the
+      trainer's flags (`t2t_keras_trainer --help`).
+    strategy: "one_device", "mirrored", "multi_worker_mirrored", a
+      `tf.distribute.Strategy`, or None (mirrored on several GPUs, else one device).
+    mixed_precision: "none", "bfloat16" or "float16"; None: hparams.activation_dtype's.
+    stop_signals: a `stopping.StopSignals` whose SIGTERM / Ctrl-C stop training with
+      a checkpoint saved; None: none are caught.
+    log: receives the progress lines.
+  Returns:
+    the `TrainedRun` of `output_dir` (None for the evaluation-only schedules and on
+    non-chief workers, which write no checkpoint of their own).
+  Raises:
+    errors.ConfigError (a ValueError): a bad setting, missing data, or an
+      `output_dir` holding another run; nothing has been written.
+    errors.RunError: another trainer holds `output_dir`, a damaged run file.
+    errors.DivergenceError: the loss, a gradient or a weight became non-finite.
+  """
+  return train_and_summarize(*args, **kwargs)[0]
+
+
+def train_and_summarize(problem: str, hparams_set: str, data_dir: str, output_dir: str, hparams: str = "",
+          train_steps: int = 250000, train_seconds: float = 0.0,
+          strategy=None,
+          worker_gpu: Optional[int] = None, schedule: str = "continuous_train_and_eval",
+          eval_steps: int = 100, local_eval_frequency: int = 1000,
+          keep_checkpoint_max: int = 20, random_seed: Optional[int] = None,
+          log_every_steps: int = 100, start_over: bool = False, jit_compile: bool = False,
+          mixed_precision: Optional[str] = None, decode_hparams: str = "",
+          eval_bleu: bool = False, eval_bleu_max_lines: int = 200,
+          decode_from_file: Optional[str] = None, decode_reference: Optional[str] = None,
+          t2t_usr_dir: Optional[str] = None, stop_signals=None,
+          log: Callable[[str], None] = lambda line: print(line, flush=True)):
+  """`train`, returning (TrainedRun or None, the schedule's summary: its
+  `stop_reason`, ...), for the trainer command, which exits by the stop reason."""
+  import keras
+  import tensorflow as tf
+
+  from data_gen import registry
+  from t2t_keras import experiment, precision, run_dir, training
+  from t2t_keras.hparams import create_decode_hparams, create_hparams
+
+  if not isinstance(strategy, tf.distribute.Strategy):
+    try:  # multi_worker_mirrored must come before any other TensorFlow op
+      strategy = training.create_strategy(strategy, worker_gpu)
+    except ValueError as e:  # more worker_gpu than GPUs
+      raise errors.ConfigError(str(e)) from None
+  if stop_signals is not None:
+    stop_signals.install()  # again: multi_worker_mirrored replaces SIGTERM's handler
+  if random_seed is not None:
+    keras.utils.set_random_seed(random_seed)
+  try:  # Every setting is checked before anything is written to output_dir.
+    registry.import_usr_dir(t2t_usr_dir)
+    hp = create_hparams(hparams_set, hparams)  # checks the schedule too
+    # hparams.activation_dtype may select the policy; set before any model is built.
+    precision.set_mixed_precision(precision.mode_for(
+        hp.activation_dtype, mixed_precision or "none", mixed_precision is not None))
+    config = experiment.RunConfig(
+        output_dir=output_dir, train_steps=train_steps, eval_steps=eval_steps,
+        local_eval_frequency=local_eval_frequency, keep_checkpoint_max=keep_checkpoint_max,
+        random_seed=random_seed, log_every_steps=log_every_steps,
+        train_seconds=train_seconds, start_over=start_over)
+    decode_hp = create_decode_hparams(decode_hparams)
+    prob = registry.problem(problem, data_dir)
+    prob.check_data_dir(data_dir)  # ValueError naming datagen if it did not finish
+    encoders = prob.feature_encoders(data_dir)
+    vocab = run_dir.check_vocab(output_dir, data_dir, log, prob, resuming=True)
+    bleu_files = _bleu_files(prob, data_dir, eval_bleu, decode_from_file, decode_reference)
+  except ValueError as e:
+    raise errors.ConfigError(str(e)) from None
+  spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
+                           prob.target_space_id)
+  chief = experiment._is_chief(strategy)  # pylint: disable=protected-access
+  with _run_dir_lock(output_dir, schedule, chief, log):  # before anything is written
+    trainer = training.Trainer(hp, spec, strategy, train_steps, jit_compile,
+                               adam_step_offset=run_dir.adam_step_offset(output_dir))
+    eval_hook = None
+    if bleu_files:
+      from t2t_keras import bleu, decode_text
+      eval_hook = decode_text.make_bleu_hook(
+          trainer.model, encoders, decode_hp, *bleu_files, max_lines=eval_bleu_max_lines,
+          # the paper's tokenized BLEU too, where Moses knows the language
+          paper_language=bleu.paper_language(prob.target_lang))
+    try:
+      run_dir.save_or_check_run_files(output_dir, hp, prob.name, spec, vocab,
+                                      data_dir=data_dir)
+    except ValueError as e:  # another run's hparams or problem in output_dir
+      raise errors.ConfigError(str(e)) from None
+    eval_pattern = prob.filepattern(data_dir, "dev")
+    if not tf.io.gfile.glob(eval_pattern):
+      eval_pattern = None
+    from t2t_keras.perf import process
+    log(f"{problem} / {hparams_set}: {trainer.model.count_params():,} parameters, "
+        f"{strategy.num_replicas_in_sync} replica(s), policy "
+        f"{keras.mixed_precision.global_policy().name}.")
+    run = experiment.Experiment(trainer, config, prob.filepattern(data_dir, "train"),
+                                eval_pattern, log=log, eval_hook=eval_hook,
+                                stop_signals=stop_signals,
+                                # after tf.data's malloc setting, made in the first step
+                                after_first_step=process.keep_freed_memory)
+    summary = run.run(schedule)
+  summary = dict(summary, step=trainer.step)
+  if schedule not in TRAINING_SCHEDULES or not chief:
+    return None, summary
+  from t2t_keras.trained_run import TrainedRun
+  return TrainedRun(output_dir, data_dir, prob, trainer.model,
+                    tf.train.latest_checkpoint(output_dir), log), summary
+
+
+def _bleu_files(problem, data_dir: str, eval_bleu: bool, decode_from_file: Optional[str],
+                decode_reference: Optional[str]):
+  """(source, reference) decoded for BLEU at each evaluation (T2T's decode hook), or None.
+
+  Raises:
+    ValueError: a file is missing, or decode_from_file has no decode_reference.
+  """
+  if not (eval_bleu or decode_from_file):
+    return None
+  if decode_from_file:
+    if not decode_reference:
+      raise ValueError("--decode_from_file needs --decode_reference for BLEU in evaluation.")
+    return decode_from_file, decode_reference
+  files = tuple(problem.text_file(data_dir, "dev", side) for side in ("inputs", "targets"))
+  for path in files:
+    if not os.path.isfile(path):
+      raise ValueError(f"--eval_bleu decodes the dev text of --data_dir={data_dir}, "
+                       f"but {path} is missing; give --decode_from_file=FILE and "
+                       "--decode_reference=FILE instead.")
+  return files
+
+
+def _run_dir_lock(output_dir: str, schedule: str, chief: bool, log):
+  """output_dir's lock (run_lock.py) when this process trains as the chief, else a no-op.
+
+  Workers of a multi-worker job write only their tmp_worker_N; evaluation alone
+  writes no checkpoint.
+  """
+  from t2t_keras import run_lock
+  if schedule not in TRAINING_SCHEDULES or not chief:
+    return contextlib.nullcontext()
+  return run_lock.RunLock(output_dir, log=log)

@@ -1,0 +1,238 @@
+"""`open_run(path) -> TrainedRun`: the one way to load a trained run, for Python and the CLIs.
+
+  import t2t_keras
+  run = t2t_keras.open_run("work/train")
+  print(run.translate(["the house is small", "a cat sees the dog"]))
+  print(run.score(["the house is small"], ["das Haus ist klein"]))
+  run.export_saved_model()
+
+A `TrainedRun` holds the run's hparams (hparams.json), problem and vocabulary
+(checked against run.json's hashes), the Keras model with the weights of its newest
+finite checkpoint (or the one asked for) and the decoding machinery. Translation,
+scoring and the exports are the same code the decoder and exporter commands run,
+so a line translated here is the line `t2t_keras_decoder` writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable, Dict, List, Optional, Sequence, Union
+
+from t2t_keras.run_layout import RunDir
+
+
+def _quiet(line: str) -> None:
+  del line
+
+
+def open_run(path: str, checkpoint: Optional[str] = None, data_dir: Optional[str] = None,
+             log: Callable[[str], None] = _quiet) -> "TrainedRun":
+  """Loads the trained run in `path` (a `t2t_keras_trainer --output_dir`).
+
+  Args:
+    path: the run directory.
+    checkpoint: a checkpoint prefix (e.g. an averaged one) or a directory of
+      checkpoints; default the run's newest loadable checkpoint with finite weights.
+    data_dir: the directory holding the run's vocabulary; default the --data_dir the
+      run was trained on (recorded in run.json), else `path` itself (an imported
+      T2T run holds its vocabulary).
+    log: receives one-line warnings (skipped damaged checkpoints, older run files).
+  Raises:
+    FileNotFoundError: `path` is not a training run (no hparams.json / run.json),
+      or no vocabulary is found.
+    errors.RunError: the vocabulary differs from the one the run was trained with,
+      or a run file is damaged.
+    checkpoints.CheckpointError: no loadable checkpoint, or `checkpoint` is damaged
+      or belongs to another model.
+  """
+  from data_gen import registry
+  from t2t_keras import run_dir
+  from t2t_keras.errors import RunError
+  _, problem_name, _ = run_dir.load_run_files(path)
+  data_dir = data_dir or run_dir.recorded_data_dir(path)
+  try:
+    problem = registry.problem(problem_name, data_dir or path)
+  except ValueError as e:  # not registered (a --t2t_usr_dir not imported)
+    raise RunError(str(e)) from None
+  if data_dir is None:
+    if not all(os.path.isfile(p) for p in problem.vocab_paths(path).values()):
+      raise FileNotFoundError(
+          f"{RunDir(path).run_file} records no data_dir and {path} holds no vocabulary: "
+          "pass data_dir=<the --data_dir the run was trained on>.")
+    data_dir = path
+  # Before the model is built: its ids mean nothing with another vocabulary.
+  run_dir.check_vocab(path, data_dir, log, problem)
+  model, _, _, _, checkpoint_path = run_dir.load_trained_model(path, checkpoint, log=log)
+  return TrainedRun(path, data_dir, problem, model, checkpoint_path, log)
+
+
+class TrainedRun:
+  """A trained run, loaded: see `open_run`.
+
+  Attributes:
+    run_dir: its `RunDir` (every path of the run directory).
+    data_dir: where its vocabulary was read.
+    hparams: its `HParams`.
+    problem: its `data_gen.problem.Problem`; `encoders`: {"inputs", "targets"}.
+    model: the Keras model (`t2t_keras.model.Transformer`), weights restored.
+    checkpoint_path: the checkpoint they came from.
+  """
+
+  def __init__(self, path: str, data_dir: str, problem, model, checkpoint_path: str,
+               log: Callable[[str], None] = _quiet):
+    self.run_dir = RunDir(path)
+    self.data_dir = data_dir
+    self.problem = problem
+    self.encoders = problem.feature_encoders(data_dir)
+    self.model = model
+    self.hparams = model.hparams
+    self.checkpoint_path = checkpoint_path
+    self.log = log
+    self._decoders = {}  # DecodeHParams -> TextDecoder: traced decode functions are kept
+
+  def __repr__(self) -> str:
+    return (f"TrainedRun({self.run_dir.path!r}, problem={self.problem.name!r}, "
+            f"checkpoint={self.checkpoint_path!r})")
+
+  @property
+  def vocab_files(self) -> Dict[str, str]:
+    return self.problem.vocab_paths(self.data_dir)
+
+  def decode_hparams(self, decode_hparams="", **values):
+    """`DecodeHParams` from T2T's override string and/or keyword values (log_results
+    off unless asked for); a DecodeHParams given alone is used as it is. Raises
+    ValueError on an unknown name or a bad value."""
+    from t2t_keras.hparams import DecodeHParams, create_decode_hparams
+    if isinstance(decode_hparams, DecodeHParams):
+      return dataclasses.replace(decode_hparams, **values)
+    values.setdefault("log_results", False)
+    overrides = ",".join(filter(None, [decode_hparams] + [
+        f"{k}={v}" for k, v in values.items()]))
+    return create_decode_hparams(overrides)
+
+  def decoder(self, decode_hp, engine: str = "tensorflow", **engine_args):
+    """The line decoder `t2t_keras_decoder` runs for these decode hparams: the
+    TensorFlow one (kept per settings), or with engine="ctranslate2" one of
+    `ctranslate2_model_dir` (engine_args; default the run converted now)."""
+    from t2t_keras import decode_text
+    if engine == "ctranslate2":
+      return self._ctranslate2_decoder(decode_hp, **engine_args)
+    if engine != "tensorflow":
+      raise ValueError(f"engine must be 'tensorflow' or 'ctranslate2', got {engine!r}.")
+    key = (decode_hp, tuple(sorted(engine_args.items())))
+    if key not in self._decoders:
+      self._decoders[key] = decode_text.TextDecoder(self.model, self.encoders, decode_hp,
+                                                    log=self.log, **engine_args)
+    return self._decoders[key]
+
+  def _ctranslate2_decoder(self, decode_hp, ctranslate2_model_dir: Optional[str] = None,
+                           compute_type: str = "float32"):
+    import tempfile
+
+    from t2t_keras import ctranslate2_decode, ctranslate2_export
+    if ctranslate2_model_dir:
+      return ctranslate2_decode.CTranslate2Decoder(ctranslate2_model_dir, self.encoders,
+                                                   decode_hp, compute_type=compute_type,
+                                                   log=self.log)
+    ctranslate2_export.check_convertible(self.hparams)
+    with tempfile.TemporaryDirectory(prefix="t2t-keras-ctranslate2-") as tmp:
+      model_dir = ctranslate2_export.export(self.model, self.vocab_files,
+                                            os.path.join(tmp, "model"))
+      self.log(f"Converted {self.run_dir.path} to CTranslate2 ({compute_type}).")
+      return ctranslate2_decode.CTranslate2Decoder(model_dir, self.encoders, decode_hp,
+                                                   compute_type=compute_type, log=self.log)
+
+  def translate(self, sentences: Sequence[str], beam_size: int = 4, alpha: float = 0.6,
+                n_best: int = 1, **decode_hparams) -> Union[List[str], List[List[str]]]:
+    """Translations of `sentences`, one per sentence (an empty one gives "").
+
+    With n_best > 1 each is the list of the n best hypotheses, best first (T2T's
+    return_beams). Other T2T decode hparams by name (extra_length=50,
+    max_input_size=...; beam_size=1 decodes greedily or, with
+    sampling_method="random", samples).
+    Raises:
+      ValueError: n_best outside 1..beam_size, or a bad decode hparam.
+    """
+    if isinstance(sentences, str):
+      raise ValueError("translate() takes a list of sentences; got one string: pass "
+                       f"[{sentences[:40]!r}].")
+    if not 1 <= n_best <= beam_size:
+      raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}.")
+    decode_hp = self.decode_hparams(beam_size=beam_size, alpha=alpha,
+                                    return_beams=n_best > 1, **decode_hparams)
+    lines = self.decoder(decode_hp).decode_lines(list(sentences))
+    if n_best == 1:
+      return lines
+    return [line.split("\t")[:n_best] if line else [""] for line in lines]
+
+  def score(self, sources: Sequence[str], targets: Sequence[str]) -> List[float]:
+    """log P(target | source) of each pair, as `t2t_keras_decoder --score_file`.
+
+    Raises:
+      ValueError: the two lists differ in length.
+    """
+    if len(sources) != len(targets):
+      raise ValueError(f"score() needs one target per source: got {len(sources)} sources "
+                       f"and {len(targets)} targets.")
+    return self.decoder(self.decode_hparams()).score_pairs(list(sources), list(targets))
+
+  def translate_file(self, source: str, output: str, decode_hparams: str = "",
+                     **values) -> List[str]:
+    """Translates the lines of file `source` into file `output`: one line per input
+    line, written whole (a temporary file, then renamed). Returns the lines."""
+    from data_gen import file_io
+    with open(source, encoding="utf-8") as f:
+      lines = f.read().splitlines()
+    outputs = self.decoder(self.decode_hparams(decode_hparams, **values)).decode_lines(lines)
+    file_io.write_text(output, "".join(line + "\n" for line in outputs))
+    return outputs
+
+  def export_saved_model(self, export_dir: Optional[str] = None, decode_hparams: str = "",
+                         **values) -> str:
+    """Writes the next version `<export_dir>/<N>` of the serving SavedModel (decode
+    hparams baked in, as `t2t_keras_exporter`); default export_dir: the run's export/.
+    Returns the version directory.
+
+    Raises:
+      ValueError: export_dir is a file or ends in a version number.
+    """
+    from t2t_keras import export
+    export_dir = export_dir or self.run_dir.export_dir
+    check_export_dir(export_dir)
+    decode_hp = self.decode_hparams(decode_hparams, **values)
+    return export.export_saved_model(self.model, self.hparams, decode_hp, self.vocab_files,
+                                     export_dir, encoders=self.encoders)
+
+  def export_ctranslate2(self, export_dir: Optional[str] = None,
+                         quantization: Optional[str] = None) -> str:
+    """Writes the run as a CTranslate2 model directory (replaced whole); default the
+    run's export_ctranslate2/. `quantization` (e.g. "int8") stores the weights so;
+    None keeps float32 (the decoder's compute_type can still quantize on load).
+
+    Raises:
+      ctranslate2_export.NotConvertibleError: hparams the converter cannot map, by name.
+      ImportError: ctranslate2 is not installed.
+    """
+    from t2t_keras import ctranslate2_decode, ctranslate2_export
+    ctranslate2_decode.import_ctranslate2()
+    ctranslate2_export.check_convertible(self.hparams)
+    return ctranslate2_export.export(self.model, self.vocab_files,
+                                     export_dir or self.run_dir.ctranslate2_dir,
+                                     quantization=quantization)
+
+
+def check_export_dir(export_dir: str) -> None:
+  """Refuses a SavedModel base path that is a file or names a version itself.
+
+  Raises:
+    ValueError: with the exporter's one-line message.
+  """
+  if os.path.exists(export_dir) and not os.path.isdir(export_dir):
+    raise ValueError(f"--export_dir={export_dir} is a file, not a directory.")
+  base, last = os.path.split(os.path.normpath(export_dir))
+  if last.isdigit():  # TF Serving would take a numbered directory for a version
+    raise ValueError(
+        f"--export_dir={export_dir} ends in a version number, but it is the model base path "
+        f"(tensorflow_model_server's --model_base_path): each export adds a new version "
+        f"<export_dir>/<N>. Give --export_dir={base or '.'} to write its next version.")
