@@ -137,12 +137,10 @@ def test_greedy_search_is_identical(finishing, tmp_path):
 @pytest.fixture(scope="module")
 def trained(tiny_trained_run, tmp_path_factory):
   """The trained test fixture, its encoders, 128 test sentences and a CTranslate2 export."""
-  from data_gen import registry
-  from t2t_keras import run_dir
+  import t2t_keras
   run, data_dir = tiny_trained_run
-  model, _, problem_name, _, _ = run_dir.load_trained_model(run)
-  problem = registry.problem(problem_name, data_dir)
-  encoders = problem.feature_encoders(data_dir)
+  opened = t2t_keras.open_run(run, data_dir=data_dir)
+  model, problem, encoders = opened.model, opened.problem, opened.encoders
   root = tmp_path_factory.mktemp("ct2_trained")
   tiny_problem.write_parallel(str(root / "held_out"), 128, seed=11)
   lines = (root / "held_out.en").read_text(encoding="utf-8").splitlines()
@@ -289,10 +287,8 @@ def test_cli_export_decode_and_refusals(tiny_trained_run, tmp_path, capsys):
   lines = target.read_text(encoding="utf-8").split("\n")
   # What the library's engine gives on the same model, compute type and settings:
   # the same kernels, so exact on every CPU (int8 parts from float32 at near-ties).
-  from data_gen import registry
-  from t2t_keras import run_dir
-  encoders = registry.problem(run_dir.load_trained_model(run)[2], data_dir).feature_encoders(
-      data_dir)
+  import t2t_keras
+  encoders = t2t_keras.open_run(run, data_dir=data_dir).encoders
   want = ctranslate2_decode.CTranslate2Decoder(
       model_dir, encoders, DecodeHParams(beam_size=2, log_results=False), compute_type="int8",
       log=lambda _: None).decode_lines(source.read_text(encoding="utf-8").splitlines())

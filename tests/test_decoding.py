@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_keras import beam_search, decode_text, decoding
-from t2t_keras.run_dir import load_trained_model
+import t2t_keras
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from t2t_keras.model import Transformer
 from t2t_keras.perf import inference
@@ -45,10 +45,8 @@ def _inputs(rng, vocab, lengths):
 
 def _loaded(trained):
   run_dir, data_dir = trained
-  model, hp, problem, _, _ = load_trained_model(run_dir)
-  from data_gen import registry
-  encoders = registry.problem(problem, data_dir).feature_encoders(data_dir)
-  return model, hp, encoders
+  opened = t2t_keras.open_run(run_dir, data_dir=data_dir)
+  return opened.model, opened.hparams, opened.encoders
 
 
 class _PeakyLateEos:

@@ -20,7 +20,7 @@ import tensorflow_text  # noqa: F401  (registers the TF-Text ops the SavedModel 
 
 from data_gen import file_io
 from t2t_keras import decode_text, decoding, export
-from t2t_keras.run_dir import load_trained_model
+import t2t_keras
 from t2t_keras.cli import query
 from t2t_keras.hparams import create_decode_hparams
 from tests import near_ties
@@ -71,10 +71,8 @@ def _margin_of(run, lines, decode_hp=DECODE_HP, stop_early=True):
 def run(tiny_trained_run):
   """(run_dir, data_dir, export_dir, version_1_dir, model, hparams, encoders)."""
   run_dir, data_dir = tiny_trained_run
-  model, hp, problem_name, _, _ = load_trained_model(run_dir)
-  from data_gen import registry
-  problem = registry.problem(problem_name, data_dir)
-  encoders = problem.feature_encoders(data_dir)
+  opened = t2t_keras.open_run(run_dir, data_dir=data_dir)
+  model, hp, problem, encoders = opened.model, opened.hparams, opened.problem, opened.encoders
   vocab = {s: os.path.join(data_dir, problem.vocab_filenames[s]) for s in encoders}
   export_dir = os.path.join(run_dir, "export")  # the exporter CLI's default
   version_dir = export.export_saved_model(model, hp, create_decode_hparams(DECODE_HP), vocab,

@@ -21,6 +21,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the TF-Text ops the SavedModel uses)
 
+import t2t_keras
 from t2t_keras import checkpoints, decode_text, decoding, errors, export, run_dir
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from tests import near_ties, stub_decoding
@@ -57,7 +58,8 @@ def run(tmp_path_factory):
                                     run_dir.vocab_record(problem, data_dir, encoders))
     checkpoint = tf.train.Checkpoint(model=run_dir.build_model(hp, spec))
     paths[name] = tf.train.CheckpointManager(checkpoint, output_dir, 1).save(1)
-  model, hp, _, _, _ = run_dir.load_trained_model(os.path.join(root, "dir"))
+  opened = t2t_keras.open_run(os.path.join(root, "dir"), data_dir=data_dir)
+  model, hp = opened.model, opened.hparams
   return dict(dir=os.path.join(root, "dir"), data=data_dir, hp=hp, model=model,
               encoders=encoders, other=paths["other"])
 

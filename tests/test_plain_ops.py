@@ -347,13 +347,12 @@ def test_beam_decodes_agree(both_runs):
   SCORE_ATOL of each other (checked), so with the special run's model as reference
   a sentence can decode differently only where its search made a choice within
   2 * SCORE_ATOL."""
-  from data_gen import registry  # pylint: disable=g-import-not-at-top
-  from t2t_keras import run_dir  # pylint: disable=g-import-not-at-top
+  import t2t_keras  # pylint: disable=g-import-not-at-top
   special, plain = both_runs["0"], both_runs["1"]
   assert special["ids"].shape[:2] == (len(SOURCES), 4)
   run, data_dir = both_runs["dirs"]
-  model, _, problem, _, _ = run_dir.load_trained_model(run)
-  encoder = registry.problem(problem, data_dir).feature_encoders(data_dir)["inputs"]
+  opened = t2t_keras.open_run(run, data_dir=data_dir)
+  model, encoder = opened.model, opened.encoders["inputs"]
   rows = [encoder.encode(line) + [1] for line in SOURCES]
   margin_of = near_ties.model_margin_of(model, rows, 4, 0.6, 10, model.target_vocab_size,
                                         stop_early=False)  # all beams returned

@@ -62,11 +62,11 @@ def imported(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(imported):
+  import t2t_keras
   from t2t_keras import run_dir
-  from data_gen import registry
-  model, hp, problem_name, spec, _ = run_dir.load_trained_model(imported[0])
-  encoders = registry.problem(problem_name, imported[0]).feature_encoders(imported[0])
-  return model, hp, problem_name, spec, encoders
+  opened = t2t_keras.open_run(imported[0])  # an imported run holds its vocabulary
+  spec = run_dir.load_run_files(imported[0])[2]
+  return opened.model, opened.hparams, opened.problem.name, spec, opened.encoders
 
 
 def _ids(encoders, texts, side="inputs"):
