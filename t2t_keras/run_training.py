@@ -34,6 +34,8 @@ def train(*args, **kwargs):
     mixed_precision: "none", "bfloat16" or "float16"; None: hparams.activation_dtype's.
     stop_signals: a `stopping.StopSignals` whose SIGTERM / Ctrl-C stop training with
       a checkpoint saved; None: none are caught.
+    after_first_step: called once, after the first training step (the trainer
+      command passes its malloc set-up, `keep_freed_memory`).
     log: receives the progress lines.
   Returns:
     the `TrainedRun` of `output_dir` (None for the evaluation-only schedules and on
@@ -58,6 +60,7 @@ def train_and_summarize(problem: str, hparams_set: str, data_dir: str, output_di
           eval_bleu: bool = False, eval_bleu_max_lines: int = 200,
           decode_from_file: Optional[str] = None, decode_reference: Optional[str] = None,
           t2t_usr_dir: Optional[str] = None, stop_signals=None,
+          after_first_step: Optional[Callable[[], None]] = None,
           log: Callable[[str], None] = lambda line: print(line, flush=True)):
   """`train`, returning (TrainedRun or None, the schedule's summary: its
   `stop_reason`, ...), for the trainer command, which exits by the stop reason."""
@@ -117,15 +120,13 @@ def train_and_summarize(problem: str, hparams_set: str, data_dir: str, output_di
     eval_pattern = prob.filepattern(data_dir, "dev")
     if not tf.io.gfile.glob(eval_pattern):
       eval_pattern = None
-    from t2t_keras.perf import process
     log(f"{problem} / {hparams_set}: {trainer.model.count_params():,} parameters, "
         f"{strategy.num_replicas_in_sync} replica(s), policy "
         f"{keras.mixed_precision.global_policy().name}.")
     run = experiment.Experiment(trainer, config, prob.filepattern(data_dir, "train"),
                                 eval_pattern, log=log, eval_hook=eval_hook,
                                 stop_signals=stop_signals,
-                                # after tf.data's malloc setting, made in the first step
-                                after_first_step=process.keep_freed_memory)
+                                after_first_step=after_first_step)
     summary = run.run(schedule)
   summary = dict(summary, step=trainer.step)
   if schedule not in TRAINING_SCHEDULES or not chief:

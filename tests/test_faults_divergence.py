@@ -134,6 +134,14 @@ def tiny(data_dir):
   return trainer, state, problem.filepattern(data_dir, "train")
 
 
+def _replaced(trainer, out, **metrics):
+  """`out` with some metrics replaced, its finiteness judged again as train_step does."""
+  new = training.StepResult(out, **metrics)
+  new.step, new.attempted_step = trainer.step, out.attempted_step
+  new.non_finite = training.non_finite_metrics(new, trainer.loss_scaled)
+  return new
+
+
 def _experiment(tiny, output_dir, train_step_hook, train_steps=6):
   """An Experiment of the shared trainer, reset to step 0 and its initial weights, whose
   train_step results pass through `train_step_hook(trainer, result)`."""
@@ -172,7 +180,7 @@ def test_a_nan_gradient_norm_stops_before_that_checkpoint(tiny, tmp_path):
   output_dir = str(tmp_path / "run")
 
   def nan_norm_at_2(trainer, out):
-    return dict(out, grad_norm=float("nan")) if trainer.step == 2 else out
+    return _replaced(trainer, out, grad_norm=float("nan")) if trainer.step == 2 else out
 
   with pytest.raises(errors.DivergenceError,
                      match=r"at step 2: the gradient norm became nan \(the loss, [\d.]+, was "
@@ -192,7 +200,7 @@ def test_under_float16_loss_scaling_a_nan_gradient_norm_is_a_skipped_step(tiny, 
   assert not tiny[0].loss_scaled
 
   def nan_norm_at_2(trainer, out):
-    return dict(out, grad_norm=float("nan")) if trainer.step == 2 else out
+    return _replaced(trainer, out, grad_norm=float("nan")) if trainer.step == 2 else out
 
   # The shared float32 trainer, told it scales its loss (building a float16 one to
   # train costs seconds; the LossScaleOptimizer's skipping is Keras's).
@@ -215,7 +223,7 @@ def test_a_nan_loss_of_a_skipped_update_names_the_step_it_attempted(tiny, tmp_pa
   def skipped_nan_at_2(trainer, out):
     if trainer.step == 2:  # as LossScaleOptimizer does: no update, the step stays 1
       trainer.optimizer.iterations.assign_sub(1)
-      return dict(out, loss=float("nan"), grad_norm=float("nan"))
+      return _replaced(trainer, out, loss=float("nan"), grad_norm=float("nan"))
     return out
 
   with pytest.raises(errors.DivergenceError,

@@ -28,7 +28,6 @@ import os
 import sys
 import time
 
-from absl import app
 from absl import flags
 
 from data_gen import generate, registry
@@ -58,7 +57,7 @@ _define("string", "dev_source", None, "translate_from_files: dev source text fil
 _define("string", "dev_target", None, "translate_from_files: dev target text file.")
 _define("integer", "vocab_size", 2**15, "translate_from_files: approximate subword vocab size.")
 
-_FILE_FLAGS = generate.FILE_ARGS
+_FILE_FLAGS = ("train_source", "train_target", "dev_source", "dev_target")  # = generate.FILE_ARGS
 
 
 def _progress(stage: str, done: int, total) -> None:

@@ -20,6 +20,7 @@ FLAGS = flags.FLAGS
 from t2t_keras import stopping  # noqa: E402
 from t2t_keras.cli import common_flags  # noqa: E402
 from t2t_keras.cli import file_checks  # noqa: E402
+from t2t_keras.perf import process  # noqa: E402
 
 # Every experiment flag but the decoder's --checkpoint_path and --decode_to_file.
 common_flags.define_experiment_flags([name for name in common_flags.EXPERIMENT_FLAGS
@@ -59,7 +60,9 @@ def _check_and_train(signals: stopping.StopSignals):
       decode_hparams=FLAGS.decode_hparams, eval_bleu=FLAGS.eval_bleu,
       eval_bleu_max_lines=FLAGS.eval_bleu_max_lines, decode_from_file=FLAGS.decode_from_file,
       decode_reference=FLAGS.decode_reference, t2t_usr_dir=FLAGS.t2t_usr_dir,
-      stop_signals=signals)
+      stop_signals=signals,
+      # after tf.data's malloc setting, made in the first step
+      after_first_step=process.keep_freed_memory)
   if summary.get("stop_reason") == "signal":
     who = signals.name or "a signal to another worker"
     print(f"Stopped by {who} at step {summary['step']} with a checkpoint saved; run the same "
