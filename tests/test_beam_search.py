@@ -16,10 +16,14 @@ import tensorflow as tf
 from t2t_keras import beam_search as bs
 from t2t_keras import sampling
 from t2t_keras.decoding_state import DecodingState
+from tests import near_ties
 from tests import t2t_numpy_decoding as t2t
 
 EOS = 1
 NEG = -bs.INF / 2  # below this a score belongs to an empty slot
+# A float32 search's scores on a float32 table lie within this of the NumPy port's
+# float64 ones (sums of <= 10 entries of magnitude < 30: ~10 * 2 ulp(32) = 8e-5).
+TABLE_EPS = 1e-4
 
 
 # ------------------------------------------------------------- references ---
@@ -340,12 +344,31 @@ def test_nbest_early_stopping_equals_full_run():
   assert np.mean(steps_nbest) < 12 and sum(s < 12 for s in steps_nbest) >= 12
 
 
+def _assert_no_near_tie(table, sos, beam_size, alpha, length, stop_early=True):
+  """The premise of comparing two TF computations on `table` exactly, on any CPU.
+
+  Both lie within TABLE_EPS of the NumPy port's float64 scores (the tests here check
+  that bound against the port); where every choice of T2T's search has a margin
+  above 2 * TABLE_EPS, both make the port's choices (tests/near_ties.py), so their
+  ids are equal whatever kernels (XLA, graph, eager) the CPU gets.
+  """
+  for s in sos:
+    margin = near_ties.reference_margin(port_fn(table, s), beam_size, alpha, length,
+                                        table.shape[-1], stop_early)
+    assert margin > 2 * TABLE_EPS, (s, margin)  # else pick another seed
+
+
 def test_xla_matches_eager():
   sos = tf.constant([0, 2, 3, 4])
   for seed in range(2):
     table = random_table(seed, length=10, vocab=8, eos_boost=1.0)
+    _assert_no_near_tie(table, sos.numpy(), 4, 0.6, 10)
     eager = bs.beam_search(table_fn(table), sos, 10, bs.BeamSearchOptions(4, 8, 0.6, top_beams=4))
     xla = traced_beam_search(4, 0.6, True, 4, True)(table, sos)
+    for b, s in enumerate(sos.numpy()):  # the premise: eager within TABLE_EPS of the port
+      ids, scores = t2t.t2t_beam_search(port_fn(table, s), 4, 0.6, 10, 8, stop_early=True)
+      assert_equals_port(eager.ids.numpy()[b, :1, 1:], eager.scores.numpy()[b, :1],
+                         ids[:1], scores[:1])
     np.testing.assert_array_equal(xla.ids.numpy(), eager.ids.numpy())
     np.testing.assert_allclose(xla.scores.numpy(), eager.scores.numpy(),
                                rtol=1e-5, atol=1e-5)
@@ -358,6 +381,7 @@ def test_xla_matches_eager():
     return sampling.greedy_search(fn, sos, 10), sampling.sample(fn, sos, 10, seed=7, top_k=3)
 
   (g_ids, *_), (s_ids, *_) = xla_decode(table, sos)
+  _assert_no_near_tie(table, sos.numpy(), 1, 0.0, 10)
   np.testing.assert_array_equal(g_ids.numpy(),
                                 sampling.greedy_search(table_fn(table), sos,
                                                        10)[0].numpy())
@@ -376,6 +400,7 @@ def test_xla_matches_eager():
 def test_decode_length_may_be_a_tensor():
   table = random_table(5, length=6, vocab=7, eos_boost=1.0)
   sos = tf.constant([0, 3])
+  _assert_no_near_tie(table, sos.numpy(), 3, 0.6, 6)  # graph and eager: ids exact
   expected = bs.beam_search(table_fn(table), sos, 6, bs.BeamSearchOptions(3, 7, 0.6))
 
   @tf.function
@@ -687,7 +712,7 @@ def assert_equals_port(ids, scores, port_ids, port_scores):
   real = port_scores > NEG
   np.testing.assert_array_equal(scores > NEG, real)  # same empty slots
   np.testing.assert_allclose(scores[real], port_scores[real], rtol=1e-5,
-                             atol=1e-4)
+                             atol=TABLE_EPS)
 
 
 def _hand_made_table():

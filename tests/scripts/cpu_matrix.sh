@@ -34,7 +34,7 @@ else
          tests/test_beam_search.py tests/test_relative_attention.py
          tests/test_mixed_precision_training.py tests/test_training.py
          tests/test_ctranslate2.py tests/test_faults_divergence.py tests/test_export.py
-         tests/test_t2t_import.py)
+         tests/test_t2t_import.py tests/test_near_ties.py tests/test_keras_saving.py)
 fi
 QEMU_TESTS=${CPU_MATRIX_QEMU_TESTS:-"tests/test_dense.py tests/test_layer_norm.py tests/test_mixed_precision_training.py"}
 QEMU_CPU=${CPU_MATRIX_QEMU_CPU:-EPYC-Milan}
