@@ -319,7 +319,7 @@ class SubwordTextEncoder(TextEncoder):
 
     def bisect(lo, hi):
       present_count = (hi + lo) // 2
-      logging.info("Trying min_count %d", present_count)
+      logging.debug("Trying min_count %d", present_count)  # the size found is what counts
       encoder = cls()
       encoder._init_from_builder(builder, present_count, num_iterations)
       size = encoder.vocab_size

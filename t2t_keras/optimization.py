@@ -125,6 +125,34 @@ def _legacy_decay(scheme: str, step: tf.Tensor, hp: HParams) -> tf.Tensor:
   raise ValueError(f"learning_rate_decay_scheme {scheme!r} has no decay.")
 
 
+def unfinished_warmup(hparams: HParams, train_steps: int) -> str:
+  """One warning line when training ends while the learning rate still warms up.
+
+  T2T's sets keep warmups of 4,000-16,000 steps (transformer_tiny: 8,000); a short
+  CPU run (--train_steps=50) then ends at a rate a hundred times below the peak and
+  learns next to nothing, silently. "" when the schedule has no rising warmup
+  (linear_warmup, or the legacy schedule, whose every scheme warms up) or when
+  `train_steps` reaches its end.
+  """
+  warmup = hparams.learning_rate_warmup_steps
+  factors = schedule_factors(hparams.learning_rate_schedule)
+  if not ("linear_warmup" in factors or "legacy" in factors) or train_steps >= warmup:
+    return ""
+
+  def rate(step):  # T2T's rate at T2T step `step` (the schedule's product of factors)
+    value = 1.0
+    for name in factors:
+      value *= float(_factor(name, tf.constant(float(step)), hparams, train_steps))
+    return value
+
+  fraction = rate(train_steps) / rate(warmup)
+  return (f"warning: --train_steps={train_steps} ends before the learning-rate warmup "
+          f"(hparams learning_rate_warmup_steps={warmup}): the last step's rate is "
+          f"{fraction:.1%} of the rate at the end of warmup, too low to learn much; set "
+          f"--hparams=learning_rate_warmup_steps={max(1, train_steps // 10)} (a tenth of "
+          "the steps) or train longer.")
+
+
 class T2TLearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
   """Product of the "*"-separated factors of `hparams.learning_rate_schedule`.
 

@@ -68,7 +68,7 @@ def train_and_summarize(problem: str, hparams_set: str, data_dir: str, output_di
   import tensorflow as tf
 
   from data_gen import registry
-  from t2t_keras import experiment, precision, run_dir, training
+  from t2t_keras import experiment, optimization, precision, run_dir, training
   from t2t_keras.hparams import create_decode_hparams, create_hparams
 
   if not isinstance(strategy, tf.distribute.Strategy):
@@ -120,6 +120,9 @@ def train_and_summarize(problem: str, hparams_set: str, data_dir: str, output_di
     eval_pattern = prob.filepattern(data_dir, "dev")
     if not tf.io.gfile.glob(eval_pattern):
       eval_pattern = None
+    warning = optimization.unfinished_warmup(hp, train_steps)
+    if warning and schedule in TRAINING_SCHEDULES:
+      log(warning)
     log(f"{problem} / {hparams_set}: {trainer.model.count_params():,} parameters, "
         f"{strategy.num_replicas_in_sync} replica(s), policy "
         f"{keras.mixed_precision.global_policy().name}.")

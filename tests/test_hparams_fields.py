@@ -582,8 +582,8 @@ def test_reported_loss_is_t2t_smoothing_cross_entropy(label_smoothing):
     assert abs(_t2t_smoothed_loss(logits, batch["targets"], other) - got) > 1e-3 * got
 
 
-def test_decoder_cli_num_samples_and_log_results(tmp_path):
-  """num_samples keeps the first N dev examples (and references); log_results logs them."""
+def _untrained_run(tmp_path):
+  """(data_dir, run_dir) of a tiny problem and an untrained model's run."""
   from data_gen import registry
   from t2t_keras.run_dir import save_or_check_run_files, vocab_record
   from tests.tiny_problem import make_tiny_problem
@@ -598,6 +598,12 @@ def test_decoder_cli_num_samples_and_log_results(tmp_path):
   model = Transformer(hp, spec.input_vocab_size, spec.target_vocab_size, 0)
   model.build()  # An untrained model decodes as well as any for this test.
   tf.train.CheckpointManager(tf.train.Checkpoint(model=model), run_dir, 1).save(1)
+  return data_dir, run_dir
+
+
+def test_decoder_cli_num_samples_and_log_results(tmp_path):
+  """num_samples keeps the first N dev examples (and references); log_results logs them."""
+  data_dir, run_dir = _untrained_run(tmp_path)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
   cmd = [sys.executable, "-m", "t2t_keras.cli.decoder", f"--data_dir={data_dir}",
          f"--output_dir={run_dir}", "--decode_hparams=num_samples=3,beam_size=1,extra_length=2"]
@@ -614,3 +620,23 @@ def test_decoder_cli_num_samples_and_log_results(tmp_path):
                                    f"--decode_from_file={tmp_path}/text/dev.en"],
                        env=env, capture_output=True, text=True, timeout=300)
   assert res.returncode != 0 and "num_samples applies to decoding the dataset" in res.stderr
+
+
+def test_decoder_cli_writing_a_file_logs_no_results_unless_asked(tmp_path):
+  """With --decode_to_file the outputs are in the file: no per-input log lines by
+  default; log_results=true logs both lines of each input, as T2T."""
+  data_dir, run_dir = _untrained_run(tmp_path)
+  source = os.path.join(str(tmp_path), "text", "dev.en")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+  logged = []
+  for extra in ("", ",log_results=true"):
+    out = tmp_path / f"out{len(logged)}.txt"
+    res = subprocess.run(
+        [sys.executable, "-m", "t2t_keras.cli.decoder", f"--data_dir={data_dir}",
+         f"--output_dir={run_dir}", f"--decode_hparams=beam_size=1,extra_length=2{extra}",
+         f"--decode_from_file={source}", f"--decode_to_file={out}"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 6
+    logged.append([line for line in res.stderr.splitlines() if "Inference results " in line])
+  assert logged[0] == [] and len(logged[1]) == 12

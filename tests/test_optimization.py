@@ -267,3 +267,22 @@ def test_fused_adam_is_t2t_adam_in_place(compiled):
     want = _t2t_adam_numpy(w, [g[i] for g in grads], 0.01, 0.9, 0.98, 1e-9)
     assert np.abs(want - start[i]).max() > 0.02  # the update is far above rounding
     np.testing.assert_allclose(variables[i].numpy(), want, rtol=0, atol=1e-6)
+
+
+def test_a_run_ending_inside_the_warmup_is_warned_of_with_the_rate_it_reached():
+  """transformer_tiny warms up linearly over 8000 steps (rate ~ s / 8000 before):
+  50 steps end at 50 / 8000 = 0.625% of the peak; the legacy noam schedule rises as
+  (s + 1) / warmup. Schedules without a rising warmup, and runs past it, say nothing."""
+  from t2t_keras.optimization import unfinished_warmup
+  tiny = create_hparams("transformer_tiny")
+  assert tiny.learning_rate_warmup_steps == 8000
+  line = unfinished_warmup(tiny, 50)
+  assert "\n" not in line and line.startswith("warning: --train_steps=50 ends before")
+  assert "learning_rate_warmup_steps=8000" in line and "0.6% of the rate" in line
+  assert "--hparams=learning_rate_warmup_steps=5 " in line
+  noam = create_hparams("transformer_base", "learning_rate_schedule=legacy,"
+                        "learning_rate_decay_scheme=noam,learning_rate_warmup_steps=4000")
+  assert f"{1001 / 4000:.1%} of the rate" in unfinished_warmup(noam, 1000)
+  assert unfinished_warmup(tiny, 8000) == unfinished_warmup(tiny, 20000) == ""
+  assert unfinished_warmup(create_hparams("transformer_tiny", "learning_rate_schedule="
+                                          "constant*rsqrt_decay"), 50) == ""

@@ -153,3 +153,20 @@ def test_train_seconds_stops_within_one_step_and_resumes_with_a_fresh_budget(dat
   # The learning rate is a function of the step, not of the time or the restarts.
   schedule = Trainer(hp, spec, create_strategy("one_device"), train_steps=100).schedule
   assert lrs == [pytest.approx(float(schedule(5))), pytest.approx(float(schedule(8)))]
+
+
+def test_the_trainer_warns_in_one_line_when_train_steps_end_inside_the_warmup(
+    data_dir, tmp_path, capsys):
+  """transformer_tiny's 8000 warmup steps and --train_steps=2: one warning line naming
+  the hparam to set; with the warmup shortened to 1 step, none."""
+  from tests.cli_in_process import run_cli_output
+  outs = []
+  for extra in ("", ",learning_rate_warmup_steps=1"):
+    args = _args(data_dir, tmp_path / f"run{len(outs)}", 2)
+    args = [a + extra if a.startswith("--hparams=") else a for a in args]
+    code, out, err = run_cli_output("t2t_keras.cli.trainer", args, capsys)
+    assert code == 0, err
+    outs.append([line for line in (out + err).splitlines() if "warmup" in line])
+  assert len(outs[0]) == 1 and outs[0][0].startswith("warning: --train_steps=2 ends before")
+  assert "--hparams=learning_rate_warmup_steps=1 " in outs[0][0]
+  assert outs[1] == []

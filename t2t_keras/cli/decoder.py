@@ -63,7 +63,7 @@ flags.DEFINE_string("ctranslate2_model_dir", None,
 def main(argv):
   del argv
   common_flags.resolve_path_flags("data_dir", "output_dir", "checkpoint_path")
-  from t2t_keras.hparams import create_decode_hparams
+  from t2t_keras.hparams import DecodeHParams, create_decode_hparams, parse_overrides
   try:  # settings, paths and input files are checked before the model loads
     # T2T's sampling settings may come in --hparams too (sampling_method=random).
     decode_hp = create_decode_hparams(FLAGS.decode_hparams, FLAGS.hparams)
@@ -74,6 +74,10 @@ def main(argv):
                          "(without --decode_from_file); a file gets one output per line.")
   if FLAGS.decode_to_file:
     common_flags.check_output_file("decode_to_file", FLAGS.decode_to_file)
+    # The file holds the outputs: T2T's two log lines per input only repeat them there
+    # (unless asked for: --decode_hparams=log_results=true).
+    if "log_results" not in parse_overrides(DecodeHParams, FLAGS.decode_hparams):
+      decode_hp = decode_hp.replace(log_results=False)
   if FLAGS.score_file:
     pairs = [line.split("\t") for line in file_checks.read_input_lines(
         "score_file", FLAGS.score_file, "a file of source<TAB>target lines",
