@@ -287,7 +287,7 @@ def test_grpc_client_both_signatures(run, loaded, grpc_server):
   assert cli.stdout.split("\n")[:-1] == expected
 
 
-def test_rest_client(loaded):
+def test_rest_client_and_command(loaded):
   class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):  # TF Serving's row format: {"predictions": [{name: value}]}
       assert self.path == "/v1/models/tiny:predict", self.path
@@ -315,7 +315,16 @@ def test_rest_client(loaded):
     lines = ["the new cat", "", "a big red house and the old dog"]
     fn = query.make_rest_request_fn(f"127.0.0.1:{server.server_address[1]}", "tiny",
                                     "serving_default", 10)
-    assert query.translate(lines, fn) == _translate(loaded, lines)[0]
+    expected = _translate(loaded, lines)[0]
+    assert query.translate(lines, fn) == expected
+    # The command as docs/serving.md runs it against TF Serving's REST port.
+    cli = subprocess.run([sys.executable, "-m", "t2t_keras.cli.query", "--rest",
+                          f"--server=127.0.0.1:{server.server_address[1]}",
+                          "--servable_name=tiny", "--timeout_secs=30"],
+                         input="\n".join(lines) + "\n", capture_output=True, text=True,
+                         env=ENV, cwd=REPO, timeout=120)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    assert cli.stdout.split("\n")[:-1] == expected
   finally:
     server.shutdown()
     server.server_close()
