@@ -1,6 +1,7 @@
 """The demo's budget split and closing report (pure functions; the demo itself is not run)."""
 
 import pathlib
+import re
 
 import pytest
 
@@ -104,3 +105,35 @@ def test_summary_reads_like_a_report():
 def test_format_duration():
   assert [demo_budget.format_duration(s) for s in (0, 42.4, 119, 120, 1074)] == [
       "0 s", "42 s", "119 s", "2.0 min", "17.9 min"]
+
+
+
+def _demo_figures(text, steps_pattern, *bleu_patterns):
+  """({steps}, {BLEU}) figures of `text` found by the patterns (one group each)."""
+  steps = {int(n.replace(",", "")) for n in re.findall(steps_pattern, text)}
+  bleu = {float(b) for pattern in bleu_patterns for b in re.findall(pattern, text)}
+  return steps, bleu
+
+
+def test_the_demo_figures_agree_in_the_flagfile_the_readme_and_performance_md():
+  """The demo's steps and test BLEU are stated in flags/demo.flags' comments, in the
+  README's table and in docs/performance.md's latest demo row: one run, one pair of
+  figures. Any BLEU figure in the flagfile's comments (an older run's) must be it."""
+  root = pathlib.Path(__file__).resolve().parent.parent
+  comments = [line for line in (root / "flags" / "demo.flags").read_text().splitlines()
+              if line.startswith("#")]
+  with_bleu = "\n".join(line for line in comments if "BLEU" in line)
+  flag_figures = _demo_figures(with_bleu, r"(\d[\d,]*) steps\b", r"BLEU (\d+\.\d+)",
+                               r"(\d+\.\d+) (?:test )?BLEU")
+  readme = (root / "README.md").read_text()
+  row = readme[readme.index("| CPU | Python | wall time | training | test BLEU"):].splitlines()[2]
+  readme_figures = _demo_figures(row, r"(\d[\d,]*) steps of transformer_tiny",
+                                 r"\| (\d+\.\d+) cased")
+  performance = (root / "docs" / "performance.md").read_text()
+  demo_rows = [line for line in performance.splitlines()
+               if line.startswith("|") and "`make demo" in line]
+  performance_figures = _demo_figures(demo_rows[0], r"(\d[\d,]*) steps of transformer_tiny",
+                                      r"test BLEU (\d+\.\d+) cased")
+  assert len(readme_figures[0]) == len(readme_figures[1]) == 1, row
+  assert flag_figures == readme_figures == performance_figures, (
+      flag_figures, readme_figures, performance_figures)
