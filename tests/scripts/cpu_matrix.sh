@@ -12,10 +12,13 @@
 #   tests/scripts/cpu_matrix.sh tests/test_dense.py tests/test_layer_norm.py
 #   CPU_MATRIX_QEMU_TESTS="tests/test_dense.py" tests/scripts/cpu_matrix.sh
 #   CPU_MATRIX_SKIP_QEMU=1 tests/scripts/cpu_matrix.sh
+#   CPU_MATRIX_ROWS="AVX2 qemu" tests/scripts/cpu_matrix.sh   # only those rows
 #
 # A setting that crashes TensorFlow (a segfault was seen with oneDNN capped at AVX2 and
 # bfloat16 matmuls) is reported as such, naming the tests it crashed in, and the row is
-# run again without them; then the next setting runs. Prints a table: setting x passed /
+# run again without them (and again while new crashes appear); a row that hangs is killed
+# after CPU_MATRIX_ROW_TIMEOUT seconds (default 2400) and reported; then the next
+# setting runs. Prints a table: setting x passed /
 # failed / errors / outcome; exits 1 if any test that ran failed (a crash is no verdict).
 # Takes about 5-10 minutes a row on 2 cores; logs go to $CPU_MATRIX_LOGS (a temp dir).
 set -uo pipefail
@@ -68,36 +71,42 @@ ROWS=()
 FAILED=0
 
 # run_row NAME LOGFILE COMMAND...: runs one setting, appends its table row.
-rerun=0
+# Tests whose process TensorFlow crashed (pytest-xdist names each) count as failed in
+# pytest's summary; the row is run again without them (again, while new crashes
+# appear, at most CPU_MATRIX_RERUNS times), so that every other test's verdict is
+# known. The crashes are reported, not counted as failures. A run that exceeds
+# CPU_MATRIX_ROW_TIMEOUT seconds is killed and reported as hung.
+ROW_TIMEOUT=${CPU_MATRIX_ROW_TIMEOUT:-2400}
+RERUNS=${CPU_MATRIX_RERUNS:-4}
 run_row() {
   local name="$1" log="$2"; shift 2
-  local start=$SECONDS
+  local start=$SECONDS attempt=0 rc crashed="" new deselect=() id
   echo "== $name"
-  "$@" >"$log" 2>&1
-  local rc=$? secs=$((SECONDS - start))
-  local summary passed failed errors outcome
+  while :; do
+    timeout -k 30 "$ROW_TIMEOUT" "$@" "${deselect[@]}" >"$log" 2>&1
+    rc=$?
+    new=$(grep -oE "worker '[^']+' crashed while running '[^']+'" "$log" \
+          | sed -E "s/.*running '([^']+)'/\1/" | sort -u || true)
+    [ -n "$new" ] && [ "$attempt" -lt "$RERUNS" ] || break
+    attempt=$((attempt + 1))
+    crashed=$(printf '%s\n%s\n' "$crashed" "$new" | sed '/^$/d' | sort -u)
+    deselect=()
+    while read -r id; do deselect+=(--deselect "$id"); done <<<"$crashed"
+    echo "   TensorFlow crashed in $(wc -l <<<"$new") test(s); running the rest again ($log)"
+    log="${log%.log}_rest$attempt.log"
+  done
+  local secs=$((SECONDS - start)) summary passed failed errors outcome
   summary=$(grep -E "^(=+ )?[0-9]+ (passed|failed|error)" "$log" | tail -1)
   passed=$(grep -oE "[0-9]+ passed" <<<"$summary" | grep -oE "[0-9]+" || true)
   failed=$(grep -oE "[0-9]+ failed" <<<"$summary" | grep -oE "[0-9]+" || true)
   errors=$(grep -oE "[0-9]+ errors?" <<<"$summary" | grep -oE "[0-9]+" || true)
   passed=${passed:-0}; failed=${failed:-0}; errors=${errors:-0}
-  # Tests whose process TensorFlow crashed (pytest-xdist names each): they count as
-  # failed in the summary. The row is run again without them, so that every other
-  # test's verdict is known; the crashes are reported, not counted as failures.
-  local crashed
-  crashed=$(grep -oE "worker '[^']+' crashed while running '[^']+'" "$log" \
-            | sed -E "s/.*running '([^']+)'/\1/" | sort -u || true)
-  if [ -n "$crashed" ] && [ "$rerun" = 0 ]; then
-    local deselect=() id
-    while read -r id; do deselect+=(--deselect "$id"); done <<<"$crashed"
-    echo "   The test process crashed in $(wc -l <<<"$crashed") test(s); running the rest again"
-    rerun=1 run_row "$name, without the crashed tests" "${log%.log}_rest.log" "$@" \
-      "${deselect[@]}"
-    ROWS+=("$(printf '| %-58s | %6s | %6s | %6s | %5ss | %s |' "$name" - - - "$secs" \
-      "the test process crashed (segfault/abort) in: $(tr '\n' ' ' <<<"$crashed")")")
-    return
-  fi
-  if [ $rc -ge 128 ]; then
+  if [ $rc = 124 ] || [ $rc = 137 ]; then
+    outcome="HUNG: killed after ${ROW_TIMEOUT}s ($log)"
+    FAILED=1
+  elif [ -n "$new" ]; then
+    outcome="CRASHED still after $RERUNS reruns ($log)"
+  elif [ $rc -ge 128 ]; then
     outcome="CRASHED (exit $rc; TensorFlow does not run under this setting)"
   elif [ -z "$summary" ]; then
     outcome="DID NOT RUN (exit $rc): $(tail -1 "$log" | cut -c1-80)"
@@ -108,16 +117,26 @@ run_row() {
   else
     outcome="ok"
   fi
+  if [ -n "$crashed" ]; then
+    outcome="$outcome; TensorFlow crashed (segfault/abort) in, so run without: $(tr '\n' ' ' <<<"$crashed")"
+  fi
   echo "   $passed passed, $failed failed, $errors errors, ${secs}s: $outcome"
-  [ "$outcome" = ok ] || grep -E "^(FAILED|ERROR) " "$log" | head -20 | sed 's/^/   /'
+  grep -E "^(FAILED|ERROR) " "$log" | head -20 | sed 's/^/   /'
   ROWS+=("$(printf '| %-58s | %6s | %6s | %6s | %5ss | %s |' "$name" "$passed" "$failed" \
     "$errors" "$secs" "$outcome")")
 }
 
-PYTEST=("$PY" -m pytest -q -n 2 --dist loadfile -p no:cacheprovider "${TESTS[@]}")
-run_row "TF_ENABLE_ONEDNN_OPTS=0" "$LOGS/onednn0.log" \
+# CPU_MATRIX_ROWS="onednn0 onednn1 AVX2 AVX512_CORE AVX512_CORE_BF16 AVX512_CORE_AMX qemu"
+# (any of them) runs only those rows.
+wanted() { [ -z "${CPU_MATRIX_ROWS:-}" ] || [[ " $CPU_MATRIX_ROWS " == *" $1 "* ]]; }
+
+# A crashed worker is replaced (xdist's default allows 4 per worker, fewer than a
+# crashing setting can use up).
+PYTEST=("$PY" -m pytest -q -n 2 --dist loadfile --max-worker-restart=1000 -p no:cacheprovider
+        "${TESTS[@]}")
+wanted onednn0 && run_row "TF_ENABLE_ONEDNN_OPTS=0" "$LOGS/onednn0.log" \
   env TF_ENABLE_ONEDNN_OPTS=0 "${PYTEST[@]}"
-run_row "TF_ENABLE_ONEDNN_OPTS=1 (this CPU's own level)" "$LOGS/onednn1.log" \
+wanted onednn1 && run_row "TF_ENABLE_ONEDNN_OPTS=1 (this CPU's own level)" "$LOGS/onednn1.log" \
   env TF_ENABLE_ONEDNN_OPTS=1 "${PYTEST[@]}"
 below=1
 for level in "${LEVELS[@]}"; do
@@ -125,6 +144,7 @@ for level in "${LEVELS[@]}"; do
     below=0
   fi
   name="ONEDNN_MAX_CPU_ISA=$level"
+  wanted "$level" || continue
   if [ $below = 0 ]; then
     ROWS+=("$(printf '| %-58s | %6s | %6s | %6s | %6s | %s |' "$name" - - - - \
       "not run: not below this CPU's ${own:-level}")")
@@ -136,7 +156,9 @@ for level in "${LEVELS[@]}"; do
     XLA_FLAGS="--xla_cpu_max_isa=${XLA_ISA[$level]}" "${PYTEST[@]}"
 done
 name="QEMU -cpu $QEMU_CPU (AVX2 only): ${QEMU_TESTS}"
-if [ -n "${CPU_MATRIX_SKIP_QEMU:-}" ]; then
+if ! wanted qemu; then
+  :
+elif [ -n "${CPU_MATRIX_SKIP_QEMU:-}" ]; then
   ROWS+=("$(printf '| %-58s | %6s | %6s | %6s | %6s | %s |' "$name" - - - - \
     "not run: CPU_MATRIX_SKIP_QEMU is set")")
 elif ! command -v qemu-x86_64 >/dev/null; then
