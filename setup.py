@@ -1,6 +1,15 @@
 """t2t-keras: Tensor2Tensor's Transformer on TensorFlow 2.21 / Keras 3."""
 
+import pathlib
+import re
+
 from setuptools import find_packages, setup
+
+HERE = pathlib.Path(__file__).resolve().parent
+# The version is set in t2t_keras/version.py only (read as text: importing the package here
+# would need its dependencies before they are installed).
+VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "t2t_keras" / "version.py").read_text(),
+                    re.M).group(1)
 
 CONSOLE_SCRIPTS = [
     # Each entry is added only once its command works end to end.
@@ -18,10 +27,19 @@ CONSOLE_SCRIPTS = [
 
 setup(
     name="t2t-keras",
-    version="0.1.0",
+    version=VERSION,
     description="The Transformer of 'Attention Is All You Need', faithful to Tensor2Tensor, "
                 "on TensorFlow 2.21 and Keras 3.",
-    packages=find_packages(include=["t2t_keras", "t2t_keras.*", "data_gen", "data_gen.*"]),
+    long_description=(HERE / "README.md").read_text(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",  # Tensor2Tensor's licence
+    license_files=["LICENSE", "NOTICE"],
+    # flags/ (the experiment flagfiles) is installed as the data package t2t_keras.flagfiles, so
+    # that `--flagfile=demo.flags` works from any directory after a pip install.
+    packages=find_packages(include=["t2t_keras", "t2t_keras.*", "data_gen", "data_gen.*"])
+    + ["t2t_keras.flagfiles"],
+    package_dir={"t2t_keras.flagfiles": "flags"},
+    package_data={"t2t_keras.flagfiles": ["*.flags"]},
     # TensorFlow 2.21 and tensorflow-text 2.21 publish wheels for CPython 3.10-3.13.
     # The Makefile reads this line to check the interpreter before installing.
     python_requires=">=3.10,<3.14",

@@ -12,6 +12,8 @@ each name loads its module when first used, so the commands' --help stays fast.
 
 import importlib
 
+from t2t_keras.version import __version__
+
 # name -> the module that defines it.
 _EXPORTS = {
     "RunDir": "t2t_keras.run_layout",
@@ -24,7 +26,7 @@ _EXPORTS = {
     "list_hparams_sets": "t2t_keras.hparams",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS) + ["__version__"]
 
 
 def __getattr__(name):

@@ -7,6 +7,10 @@ module is imported), and runs through `run_cli`, which parses them:
 * `--help` (`-h`, `--helpshort`) prints the command module's docstring (what it
   does, examples) and the command's own flags, and exits 0; `--helpfull` adds
   absl's flags (--flagfile, --verbosity, ...).
+* `--version` prints `<command> <version>` and exits 0.
+* `--flagfile=NAME` also finds the experiment flagfiles installed with the package
+  (flags/ of the repository; `--flagfile=demo.flags` or `--flagfile=demo`) when NAME
+  is not a file.
 * A flag the command does not define is refused in one line naming the command
   (and the commands that take it), exit status 2.
 
@@ -306,6 +310,10 @@ def parse_flags(argv, module) -> list:
     if source is None and name in _HELP + ("helpfull",):
       wanted_help = name
       continue
+    if source is None and name == "version" and not has_value and _lookup(own, name) is None:
+      from t2t_keras.version import __version__
+      print(f"{program} {__version__}", flush=True)
+      sys.exit(0)
     flag = _lookup(own, name)
     if flag is not None:
       kept.append(arg)
@@ -397,9 +405,46 @@ def _expand_flagfiles(args) -> list:
     else:
       out.append((arg, None))
       continue
+    path = find_flagfile(path)
     lines = flags.FLAGS.read_flags_from_files([f"--flagfile={path}"])
     out.extend((line, path) for line in lines)
   return out
+
+
+def packaged_flagfiles_dir():
+  """The directory of the flagfiles installed with the package (the repository's flags/:
+  the data package t2t_keras.flagfiles in a wheel, flags/ beside t2t_keras/ when the
+  repository is installed in editable mode or used in place), or None."""
+  import importlib.util
+  import os
+  try:
+    spec = importlib.util.find_spec("t2t_keras.flagfiles")
+  except ImportError:
+    spec = None
+  for directory in list(getattr(spec, "submodule_search_locations", None) or ()) + [
+      os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.pardir,
+                   "flags")]:
+    if os.path.isdir(directory) and any(n.endswith(".flags") for n in os.listdir(directory)):
+      return os.path.normpath(directory)
+  return None
+
+
+def find_flagfile(path: str) -> str:
+  """`path` if it is a file; else the packaged flagfile it names (`demo`, `demo.flags`,
+  or `flags/demo.flags` typed outside the repository); else `path` (absl reports it)."""
+  import os
+  if os.path.exists(path) or os.path.dirname(path) not in ("", "flags"):
+    return path
+  directory = packaged_flagfiles_dir()
+  if directory is None:
+    return path
+  name = os.path.basename(path)
+  for candidate in (name, f"{name}.flags"):
+    if os.path.isfile(os.path.join(directory, candidate)):
+      return os.path.join(directory, candidate)
+  packaged = sorted(n[:-len(".flags")] for n in os.listdir(directory) if n.endswith(".flags"))
+  raise flags.Error(f"--flagfile={path}: no such file, and no flagfile of that name is "
+                    f"installed with t2t-keras (installed: {', '.join(packaged)}).")
 
 
 def _commands() -> list:
