@@ -18,20 +18,24 @@ from typing import Callable, Optional
 from data_gen import registry
 
 # translate_from_files' own settings (the problem's constructor arguments).
-FILE_ARGS = ("train_source", "train_target", "dev_source", "dev_target")
+FILE_ARGS = ("train_source", "train_target", "dev_source", "dev_target", "test_source",
+             "test_target")
+LANG_ARGS = ("source_lang", "target_lang")  # names, not files; None: the problem's default
 
 
 def make_problem(name: str, data_dir: str, vocab_size: int = 2**15, **files: Optional[str]):
   """The problem to generate: registered `name`, or translate_from_files on `files`.
 
+  `files` are `FILE_ARGS` and `LANG_ARGS`; those None or empty are not given.
+
   Raises:
     ValueError: an unknown problem, or file arguments for another problem.
   """
   given = {k: v for k, v in files.items() if v}
-  unknown = sorted(set(files) - set(FILE_ARGS))
+  unknown = sorted(set(files) - set(FILE_ARGS) - set(LANG_ARGS))
   if unknown:
     raise ValueError(f"unknown argument(s) {', '.join(unknown)}; translate_from_files takes "
-                     f"{', '.join(FILE_ARGS)} and vocab_size")
+                     f"{', '.join(FILE_ARGS + LANG_ARGS)} and vocab_size")
   if name != "translate_from_files":
     if given:
       raise ValueError("--%s only apply to --problem=translate_from_files, not %r"
@@ -53,8 +57,9 @@ def generate_data(problem: str, data_dir: str, tmp_dir: str = "/tmp/t2t_datagen"
   Args:
     problem: a registered problem name (`t2t_keras_datagen --help` lists them).
     data_dir, tmp_dir, num_shards, max_cases, random_seed, t2t_usr_dir: as the flags.
-    vocab_size, train_source, train_target, dev_source, dev_target:
-      translate_from_files' settings.
+    vocab_size, train_source, train_target, dev_source, dev_target, test_source,
+      test_target, source_lang, target_lang: translate_from_files' settings (the
+      test files optional; the languages "src"/"tgt" unless given).
     progress: called as progress(stage, done, total) while generating.
   Returns:
     the generation's summary: {"splits": {split: counts}, "settings", "changed", ...}.

@@ -294,8 +294,37 @@ def get_or_generate_vocab(data_dir: str, vocab_filename: str, approx_vocab_size:
   start = time.time()
   token_counts = tokenizer.corpus_token_counts(text_iterator())
   encoder = text_encoder.SubwordTextEncoder.build_to_target_size(
-      approx_vocab_size, token_counts, 1, 1e3, max_subtoken_length=max_subtoken_length,
-      reserved_tokens=reserved_tokens)
+      approx_vocab_size, token_counts, VOCAB_MIN_COUNTS[0], VOCAB_MIN_COUNTS[1],
+      max_subtoken_length=max_subtoken_length, reserved_tokens=reserved_tokens)
   encoder.store_to_file(path)  # atomic, readable by others (mode 0666 & ~umask)
+  warning = vocab_size_warning(vocab_filename, approx_vocab_size, encoder.vocab_size)
+  if warning:
+    logging.warning(warning)
   return encoder, time.time() - start
+
+
+# The min_count range the vocab builder searches (T2T's 1 .. 1e3).
+VOCAB_MIN_COUNTS = (1, 1e3)
+# "Far" from the requested size: off by more than VOCAB_SIZE_TOLERANCE of it. The
+# builder bisects the integer min_count aiming within 1% (T2T's search), and
+# neighbouring min_counts can be a few percent apart in size, so a few percent off
+# is its normal result; more than 10% off means the search ended at min_count 1
+# (every piece seen once kept: the text is too small) or 1e3 (the characters and
+# frequent pieces alone exceed the request), so the text, not the request, set it.
+VOCAB_SIZE_TOLERANCE = 0.10
+
+
+def vocab_size_warning(vocab_filename: str, requested: int, built: int) -> Optional[str]:
+  """One line saying why `built` is far from `requested` and what to do, else None."""
+  if abs(built - requested) <= VOCAB_SIZE_TOLERANCE * requested:
+    return None
+  if built < requested:
+    why = ("the training text is too small for more (every piece seen once is kept); give "
+           "more training text, or a vocab_size near %d" % built)
+  else:
+    why = ("its characters and the pieces seen %d times or more alone make that many; ask "
+           "for a vocab_size of at least %d" % (VOCAB_MIN_COUNTS[1], built))
+  return ("%s: built %d subwords for a requested vocab_size of %d (more than %d%% off): %s "
+          "(translate_from_files: --vocab_size)" % (vocab_filename, built, requested,
+                                                round(100 * VOCAB_SIZE_TOLERANCE), why))
 

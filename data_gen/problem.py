@@ -280,11 +280,13 @@ class Text2TextProblem(Problem):
     generator_utils.remove_stale_temporaries(data_dir, self.name)
     old = manifest_lib.read_manifest(data_dir, self.name)
     settings, changed = self._settings(data_dir, old, num_shards, max_cases, random_seed)
+    had_shards = bool(self._shards_present(data_dir))
     if progress is not None:
       progress("vocab", 0, None)
     encoders = self.get_or_create_vocab(data_dir, tmp_dir)
     if self.vocab_seconds > 0 or not manifest_lib.vocab_unchanged(old, data_dir):
-      changed["vocab"] = ("the manifest's", "new" if self.vocab_seconds > 0 else "edited")
+      if had_shards:  # else a first run: nothing was encoded with another vocab
+        changed["vocab"] = ("the manifest's", "new" if self.vocab_seconds > 0 else "edited")
       old = {"splits": {}}  # shards encoded with another vocab are stale
     vocabs = [os.path.join(data_dir, f) for f in self.vocab_filenames.values()]
     shards = {spec["split"]: (settings["num_shards"] if spec["split"] == DatasetSplit.TRAIN
@@ -320,10 +322,8 @@ class Text2TextProblem(Problem):
     Each setting is the one given, else the one recorded (`manifest.recorded_settings`),
     else the default; max_cases 0 is stored as None (no limit).
     """
-    present = glob.glob(os.path.join(data_dir, "%s-%s-[0-9]*-of-[0-9]*" % (
-        self.name, DatasetSplit.TRAIN)))
     recorded = manifest_lib.recorded_settings(
-        manifest, [p for p in present if not file_io.is_temporary(p)])
+        manifest, self._shards_present(data_dir, DatasetSplit.TRAIN))
     defaults = {"num_shards": {s["split"]: s["shards"] for s in self.dataset_splits}.get(
         DatasetSplit.TRAIN, 1), "max_cases": None,
                 "random_seed": manifest_lib.DEFAULT_RANDOM_SEED}
@@ -334,6 +334,11 @@ class Text2TextProblem(Problem):
     changed = {k: (recorded[k], settings[k]) for k in manifest_lib.SETTINGS
                if k in recorded and given[k] is not None and recorded[k] != settings[k]}
     return settings, changed
+
+  def _shards_present(self, data_dir: str, split: str = "*") -> List[str]:
+    """Final shard files of `split` (default: any split) in data_dir, temporaries aside."""
+    present = glob.glob(os.path.join(data_dir, "%s-%s-[0-9]*-of-[0-9]*" % (self.name, split)))
+    return [p for p in present if not file_io.is_temporary(p)]
 
   def _generate_split(self, data_dir, tmp_dir, split, shards, encoders, max_cases,
                       random_seed, progress) -> None:

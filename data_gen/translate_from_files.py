@@ -1,14 +1,20 @@
 """`translate_from_files`: a user's own parallel text files (one sentence per line).
 
 Configured by constructor arguments (the datagen CLI passes `--train_source`,
-`--train_target`, `--dev_source`, `--dev_target`, `--vocab_size`). The
+`--train_target`, `--dev_source`, `--dev_target`, optionally `--test_source`,
+`--test_target`, and `--vocab_size`, `--source_lang`, `--target_lang`). The
 configuration is saved as `translate_from_files.config.json` in data_dir, so
 `registry.problem("translate_from_files", data_dir=...)` in the trainer or
-decoder gets the same problem back.
+decoder gets the same problem back: the test split for `--eval_use_test_set`,
+and the target language that decides whether the decoder also prints the
+paper's tokenized BLEU (a language Moses tokenizes, e.g. "de").
+
+The dev and test text files are `translate_from_files.<split>.<lang>`.
 """
 
 import json
 import os
+import re
 from typing import Any, Dict, Iterator, Optional
 
 from data_gen import file_io
@@ -19,6 +25,7 @@ from data_gen.registry import register_problem
 CONFIG_FILENAME = "translate_from_files.config.json"
 _FILE_ARGS = ("train_source", "train_target", "dev_source", "dev_target",
               "test_source", "test_target")
+_LANG = re.compile(r"[A-Za-z0-9_-]+\Z")  # part of the text files' names
 
 
 @register_problem
@@ -35,6 +42,13 @@ class TranslateFromFiles(Text2TextProblem):
     if (test_source is None) != (test_target is None):
       raise ValueError("give both test_source and test_target or neither, got %r and %r"
                        % (test_source, test_target))
+    for key, lang in (("source_lang", source_lang), ("target_lang", target_lang)):
+      if not isinstance(lang, str) or not _LANG.match(lang):
+        raise ValueError("%s must be a language name of letters, digits, '_' or '-' "
+                         "(e.g. en, de), got %r" % (key, lang))
+    if source_lang == target_lang:
+      raise ValueError("source_lang and target_lang must differ (they name the dev/test "
+                       "text files), got %r for both" % (source_lang,))
     self.train_source, self.train_target = train_source, train_target
     self.dev_source, self.dev_target = dev_source, dev_target
     self.test_source, self.test_target = test_source, test_target

@@ -281,3 +281,11 @@ def _punct_normalizer() -> sacremoses.MosesPunctNormalizer:
 def paper_language(target_lang: str) -> str | None:
   """`target_lang` if the Moses tokenizer knows it (e.g. "de"), else None."""
   return target_lang if target_lang in PAPER_LANGUAGES else None
+
+
+def paper_not_computed(target_lang: str) -> str:
+  """The one line said instead of the paper's BLEU when `paper_language` is None."""
+  return (f"tokenized BLEU (as in the paper): not computed, the problem's target language "
+          f"{target_lang!r} is not one Moses tokenizes (e.g. de; translate_from_files records "
+          f"datagen's --target_lang); t2t_keras_bleu --bleu_variant=paper --language=LANG "
+          f"scores a file")

@@ -3,7 +3,13 @@ r"""`t2t_keras_datagen`: T2T's `t2t-datagen` — vocab + sharded TFRecords for a
   t2t_keras_datagen --problem=translate_ende_ding_bible8k --data_dir=~/t2t_data
   t2t_keras_datagen --problem=translate_from_files --data_dir=~/my_data \
       --train_source=train.en --train_target=train.de \
-      --dev_source=dev.en --dev_target=dev.de --vocab_size=8192
+      --dev_source=dev.en --dev_target=dev.de --test_source=test.en \
+      --test_target=test.de --source_lang=en --target_lang=de --vocab_size=8192
+
+translate_from_files writes a test split (shards + text files) when given
+--test_source/--test_target (the decoder's --eval_use_test_set), and records
+--source_lang/--target_lang: with a target language Moses tokenizes (e.g. de)
+the decoder also prints the paper's tokenized BLEU.
 
 Running it again removes leftovers of a killed run, skips finished splits and
 reuses the vocab. `<problem>.manifest.json` remembers the vocab's SHA-256 and
@@ -55,9 +61,18 @@ _define("string", "train_source", None, "translate_from_files: training source t
 _define("string", "train_target", None, "translate_from_files: training target text file.")
 _define("string", "dev_source", None, "translate_from_files: dev source text file.")
 _define("string", "dev_target", None, "translate_from_files: dev target text file.")
+_define("string", "test_source", None, "translate_from_files: test source text file "
+        "(optional, with --test_target: adds a test split, as T2T's WMT problems have).")
+_define("string", "test_target", None, "translate_from_files: test target text file.")
 _define("integer", "vocab_size", 2**15, "translate_from_files: approximate subword vocab size.")
+_define("string", "source_lang", None, "translate_from_files: source language, e.g. en; names "
+        "the dev/test text files (default: src).")
+_define("string", "target_lang", None, "translate_from_files: target language, e.g. de; names "
+        "the dev/test text files, and one Moses tokenizes (de, fr, ...) makes the decoder "
+        "also print the paper's tokenized BLEU (default: tgt, which it does not).")
 
-_FILE_FLAGS = ("train_source", "train_target", "dev_source", "dev_target")  # = generate.FILE_ARGS
+_FILE_FLAGS = ("train_source", "train_target", "dev_source", "dev_target",
+               "test_source", "test_target")  # = generate.FILE_ARGS
 
 
 def _progress(stage: str, done: int, total) -> None:
@@ -110,6 +125,7 @@ def run(argv) -> int:
     result = generate.generate_data(
         FLAGS.problem, data_dir, tmp_dir, num_shards=FLAGS.num_shards,
         max_cases=FLAGS.max_cases, random_seed=FLAGS.random_seed, vocab_size=FLAGS.vocab_size,
+        source_lang=FLAGS.source_lang, target_lang=FLAGS.target_lang,
         progress=_progress, **{f: getattr(FLAGS, f) for f in _FILE_FLAGS})
   except ValueError as e:
     print("t2t_keras_datagen: error: %s" % e, file=sys.stderr)

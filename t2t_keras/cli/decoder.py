@@ -124,6 +124,8 @@ def main(argv):
         paper = bleu.paper_bleu(hyps, refs, language=language)
         print(f"tokenized BLEU (as in the paper) = {paper.score:.2f}  "
               f"({bleu.paper_signature(language)})", flush=True)
+      else:
+        print(bleu.paper_not_computed(problem.target_lang), flush=True)
 
 
 def _check_engine_flags():
