@@ -8,6 +8,8 @@
                       (`input_vocab_size`, `target_vocab_size`, `target_space_id`),
                       `vocab`: per vocab file (one when inputs and targets share it)
                       its name, the features using it, size and SHA-256;
+                      `hparams_set` and `hparams`: the set and overrides the run
+                      started with (a resume given neither takes the run's);
                       and the last training's status, written when it stops:
                       `start_step`, `stop_reason` (one of STOP_REASONS), `stop_step`
   checkpoint, ckpt-<step>.*   `tf.train.CheckpointManager` (experiment.py;
@@ -47,6 +49,11 @@ VOCAB_KEY = "vocab"
 _SIZE_KEYS = {"inputs": "input_vocab_size", "targets": "target_vocab_size"}
 # run.json: the --data_dir the run last trained on (where `open_run` finds its vocabulary).
 DATA_DIR_KEY = "data_dir"
+# run.json: the --hparams_set and --hparams the run started with (hparams.json holds
+# their result); an older run.json has neither.
+HPARAMS_SET_KEY = "hparams_set"
+OVERRIDES_KEY = "hparams"
+RECIPE_KEYS = (HPARAMS_SET_KEY, OVERRIDES_KEY)
 # run.json entries that change from one training invocation to the next.
 STATUS_KEYS = ("start_step", "stop_reason", "stop_step", DATA_DIR_KEY)
 STOP_REASONS = ("train_steps", "train_seconds", "signal", "diverged")
@@ -93,12 +100,16 @@ def _write_json(path: str, value: dict) -> None:
 
 def save_or_check_run_files(output_dir: str, hparams: HParams, problem_name: str,
                             spec: ModelSpec, vocab: Optional[List[dict]] = None,
-                            data_dir: Optional[str] = None) -> None:
+                            data_dir: Optional[str] = None,
+                            hparams_set: Optional[str] = None,
+                            overrides: str = "") -> None:
   """Writes hparams.json and run.json, or checks them against an existing run.
 
   The status entries of an existing run.json (STATUS_KEYS) are kept. `vocab`
   (`vocab_record`) is recorded; a run.json without one (an older version's) gets it.
   `data_dir`, when given, is recorded (absolute) as the run's DATA_DIR_KEY.
+  `hparams_set` and `overrides` (what built `hparams`), when the set is given, are
+  recorded as RECIPE_KEYS unless the run already records its own.
 
   Raises:
     ValueError: when `output_dir` is a file, or holds a run with other hparams,
@@ -110,18 +121,14 @@ def save_or_check_run_files(output_dir: str, hparams: HParams, problem_name: str
   run = {PROBLEM_KEY: problem_name, **dataclasses.asdict(spec)}
   hparams_path, run_path = _path(output_dir, HPARAMS_FILE), _path(output_dir, RUN_FILE)
   if tf.io.gfile.exists(hparams_path):
-    old = _read_json(hparams_path)
-    new = hparams.to_dict()
-    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-    if diff:
-      details = ", ".join(f"{k}: {old.get(k)!r} in the run, {new.get(k)!r} now" for k in diff)
-      raise ValueError(
-          f"{output_dir} holds a run with different hparams ({details}). Use another "
-          "--output_dir, or the same --hparams_set/--hparams to resume it.")
+    _check_same_hparams(output_dir, _read_json(hparams_path), hparams, "--hparams_set/--hparams")
   status = {}
+  recipe = {HPARAMS_SET_KEY: hparams_set, OVERRIDES_KEY: overrides or ""} if hparams_set else {}
   if tf.io.gfile.exists(run_path):
     old_run = _read_json(run_path)
     status = {k: old_run.pop(k) for k in STATUS_KEYS if k in old_run}
+    old_recipe = {k: old_run.pop(k) for k in RECIPE_KEYS if k in old_run}
+    recipe = old_recipe if HPARAMS_SET_KEY in old_recipe else recipe
     old_vocab = old_run.pop(VOCAB_KEY, None)
     if old_run != run:
       raise ValueError(f"{output_dir} holds a run of {old_run}, not {run}. Use another "
@@ -134,7 +141,90 @@ def save_or_check_run_files(output_dir: str, hparams: HParams, problem_name: str
     status[DATA_DIR_KEY] = data_dir if "://" in data_dir else os.path.abspath(data_dir)
   tf.io.gfile.makedirs(output_dir)
   file_io.write_text(hparams_path, hparams.to_json())
-  _write_json(run_path, {**run, **({VOCAB_KEY: vocab} if vocab is not None else {}), **status})
+  _write_json(run_path, {**run, **recipe, **({VOCAB_KEY: vocab} if vocab is not None else {}),
+                         **status})
+
+
+def _check_same_hparams(output_dir: str, old: dict, new: HParams, given: str) -> None:
+  """Refuses `new` (built from the flags `given`) unless it equals hparams.json's `old`.
+
+  Raises:
+    ValueError: one line naming each differing hparam, the run's value and the new one.
+  """
+  new = new.to_dict()
+  diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+  if diff:
+    details = ", ".join(f"{k}: {old.get(k)!r} in the run, {new.get(k)!r} given" for k in diff)
+    raise ValueError(
+        f"{given}: {output_dir} holds a run with different hparams ({details}; the run's are "
+        f"in {_path(output_dir, HPARAMS_FILE)}): resume without {given} to keep the run's, or "
+        "start a new run in another --output_dir.")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+  """What `resolve_run_settings` resolved: the problem and hparams to train with."""
+  problem: str
+  hparams: HParams
+  hparams_set: Optional[str]  # None: a run of an older version, which did not record it
+  overrides: str              # the --hparams that, with hparams_set, build `hparams`
+  resuming: bool              # output_dir already holds a run's hparams.json
+
+
+def resolve_run_settings(output_dir: str, problem: Optional[str] = None,
+                         hparams_set: Optional[str] = None,
+                         overrides: str = "") -> RunSettings:
+  """The problem and hparams to train `output_dir` with.
+
+  A new run (no hparams.json in `output_dir`) needs `problem` and `hparams_set`.
+  An existing run resumes with those its run.json and hparams.json record; what
+  is given must agree: `problem` and `hparams_set` with the names recorded, and
+  `overrides` (T2T syntax) with the run's hparams (an older run, without a recorded
+  set, is checked by the hparams `hparams_set` and `overrides` build).
+
+  Raises:
+    ValueError: one line naming the flag, the run's value and the given one, or
+      the flag a new run lacks.
+    errors.RunError: a damaged hparams.json or run.json.
+  """
+  from t2t_keras.hparams import create_hparams
+  hparams_path, run_path = _path(output_dir, HPARAMS_FILE), _path(output_dir, RUN_FILE)
+  if not tf.io.gfile.exists(hparams_path):
+    for name, value in (("problem", problem), ("hparams_set", hparams_set)):
+      if not value:
+        raise ValueError(f"--{name} is required: {output_dir} holds no run to resume "
+                         f"(no {HPARAMS_FILE}).")
+    return RunSettings(problem, create_hparams(hparams_set, overrides), hparams_set,
+                       overrides or "", resuming=False)
+  recorded = _parse_run_file(output_dir, HPARAMS_FILE, HParams.from_json)
+  old = recorded.to_dict()
+  run = _parse_run_file(output_dir, RUN_FILE, json.loads) if tf.io.gfile.exists(run_path) else {}
+  if not isinstance(run, dict):
+    raise _damaged(output_dir, RUN_FILE, "not a JSON object")
+
+  def refuse(flag: str, given: str, runs: str) -> ValueError:
+    return ValueError(
+        f"--{flag}={given} differs from the run in {output_dir}, trained with "
+        f"--{flag}={runs} (recorded in {run_path}): omit --{flag} to resume it, or "
+        f"start a new run in another --output_dir.")
+
+  recorded_problem = run.get(PROBLEM_KEY)
+  if problem and recorded_problem and problem != recorded_problem:
+    raise refuse("problem", problem, recorded_problem)
+  problem = problem or recorded_problem
+  if not problem:  # hparams.json without run.json: only the flag can say
+    raise ValueError(f"--problem is required: {run_path} does not record the problem of the "
+                     f"run in {output_dir}.")
+  recorded_set = run.get(HPARAMS_SET_KEY)
+  if hparams_set and recorded_set and hparams_set != recorded_set:
+    raise refuse("hparams_set", hparams_set, recorded_set)
+  if hparams_set and not recorded_set:  # an older run: its hparams are the check
+    hparams = create_hparams(hparams_set, overrides)
+    _check_same_hparams(output_dir, old, hparams, "--hparams_set/--hparams")
+    return RunSettings(problem, hparams, hparams_set, overrides or "", resuming=True)
+  hparams = recorded.parse(overrides or "")  # ValueError: an unknown or malformed override
+  _check_same_hparams(output_dir, old, hparams, f"--hparams={overrides}")
+  return RunSettings(problem, hparams, recorded_set, run.get(OVERRIDES_KEY, ""), resuming=True)
 
 
 def _sha256(path: str) -> str:

@@ -12,7 +12,8 @@ A run directory (`t2t_keras_trainer --output_dir`) holds
   tmp_worker_<N>/         a non-chief worker's own checkpoints and logs
   .trainer.lock           one trainer at a time (`run_lock.py`)
   t2t_import.json, trainer_flags.txt   a run imported from T2T (`t2t_import.py`)
-  averaged/               averaged checkpoints (`t2t_keras_avg_checkpoints`)
+  averaged/               averaged checkpoints (`t2t_keras_avg_checkpoints`):
+                          from-step-<N>/averaged.ckpt averages checkpoints up to step N
   export/<version>/       SavedModels for TF Serving (`t2t_keras_exporter`)
   export_ctranslate2/     the CTranslate2 model directory
   plots/                  `t2t_keras_visualize`'s figures
@@ -86,6 +87,10 @@ class RunDir:
   @property
   def averaged_dir(self) -> str:
     return self._join("averaged")
+
+  def averaged_checkpoint(self, newest_step: int) -> str:
+    """The prefix of an average of checkpoints whose newest is of `newest_step`."""
+    return os.path.join(self.averaged_dir, f"from-step-{newest_step}", "averaged.ckpt")
 
   @property
   def export_dir(self) -> str:

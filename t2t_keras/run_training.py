@@ -10,6 +10,8 @@ Arguments are the trainer's flags, under the same names and defaults. Every
 setting and input is checked before anything is written to `output_dir`; the
 run directory is locked while the chief trains; calling it again on the same
 `output_dir` resumes from the newest checkpoint, as running the command again does.
+A resume needs only `output_dir`: problem, hparams_set, hparams and data_dir default
+to those the run recorded (`run_dir.resolve_run_settings`); given ones must agree.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ def train(*args, **kwargs):
 
   Args:
     problem, hparams_set, hparams, data_dir, output_dir, train_steps, ...: as the
-      trainer's flags (`t2t_keras_trainer --help`).
+      trainer's flags (`t2t_keras_trainer --help`). Resuming the run in `output_dir`,
+      problem, hparams_set and hparams may be omitted (None / ""): the run's are used,
+      and given ones must be the run's; data_dir defaults to the one the run recorded.
     strategy: "one_device", "mirrored", "multi_worker_mirrored", a
       `tf.distribute.Strategy`, or None (mirrored on several GPUs, else one device).
     mixed_precision: "none", "bfloat16" or "float16"; None: hparams.activation_dtype's.
@@ -49,7 +53,8 @@ def train(*args, **kwargs):
   return train_and_summarize(*args, **kwargs)[0]
 
 
-def train_and_summarize(problem: str, hparams_set: str, data_dir: str, output_dir: str, hparams: str = "",
+def train_and_summarize(problem: Optional[str] = None, hparams_set: Optional[str] = None,
+          data_dir: Optional[str] = None, output_dir: Optional[str] = None, hparams: str = "",
           train_steps: int = 250000, train_seconds: float = 0.0,
           strategy=None,
           worker_gpu: Optional[int] = None, schedule: str = "continuous_train_and_eval",
@@ -69,7 +74,7 @@ def train_and_summarize(problem: str, hparams_set: str, data_dir: str, output_di
 
   from data_gen import registry
   from t2t_keras import experiment, optimization, precision, run_dir, training
-  from t2t_keras.hparams import create_decode_hparams, create_hparams
+  from t2t_keras.hparams import create_decode_hparams
 
   if not isinstance(strategy, tf.distribute.Strategy):
     try:  # multi_worker_mirrored must come before any other TensorFlow op
@@ -81,8 +86,16 @@ def train_and_summarize(problem: str, hparams_set: str, data_dir: str, output_di
   if random_seed is not None:
     keras.utils.set_random_seed(random_seed)
   try:  # Every setting is checked before anything is written to output_dir.
+    if not output_dir:
+      raise ValueError("--output_dir is required.")
     registry.import_usr_dir(t2t_usr_dir)
-    hp = create_hparams(hparams_set, hparams)  # checks the schedule too
+    # The run's problem and hparams when resuming; checks the schedule too.
+    settings = run_dir.resolve_run_settings(output_dir, problem, hparams_set, hparams)
+    problem, hparams_set, hp = settings.problem, settings.hparams_set, settings.hparams
+    data_dir = data_dir or (run_dir.recorded_data_dir(output_dir) if settings.resuming else None)
+    if not data_dir:
+      raise ValueError(f"--data_dir is required: {output_dir} records no data_dir that "
+                       "still exists." if settings.resuming else "--data_dir is required.")
     # hparams.activation_dtype may select the policy; set before any model is built.
     precision.set_mixed_precision(precision.mode_for(
         hp.activation_dtype, mixed_precision or "none", mixed_precision is not None))
@@ -112,9 +125,12 @@ def train_and_summarize(problem: str, hparams_set: str, data_dir: str, output_di
           trainer.model, encoders, decode_hp, *bleu_files, max_lines=eval_bleu_max_lines,
           # the paper's tokenized BLEU too, where Moses knows the language
           paper_language=bleu.paper_language(prob.target_lang))
+      if bleu.paper_language(prob.target_lang) is None:
+        log("eval BLEU: " + bleu.paper_not_computed(prob.target_lang))
     try:
       run_dir.save_or_check_run_files(output_dir, hp, prob.name, spec, vocab,
-                                      data_dir=data_dir)
+                                      data_dir=data_dir, hparams_set=hparams_set,
+                                      overrides=settings.overrides)
     except ValueError as e:  # another run's hparams or problem in output_dir
       raise errors.ConfigError(str(e)) from None
     eval_pattern = prob.filepattern(data_dir, "dev")
@@ -123,7 +139,8 @@ def train_and_summarize(problem: str, hparams_set: str, data_dir: str, output_di
     warning = optimization.unfinished_warmup(hp, train_steps)
     if warning and schedule in TRAINING_SCHEDULES:
       log(warning)
-    log(f"{problem} / {hparams_set}: {trainer.model.count_params():,} parameters, "
+    log(f"{problem} / {hparams_set or run_dir.HPARAMS_FILE}: "
+        f"{trainer.model.count_params():,} parameters, "
         f"{strategy.num_replicas_in_sync} replica(s), policy "
         f"{keras.mixed_precision.global_policy().name}.")
     run = experiment.Experiment(trainer, config, prob.filepattern(data_dir, "train"),

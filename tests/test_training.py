@@ -133,7 +133,7 @@ def test_hparams_mismatch_is_an_error(tmp_path):
   hp = create_hparams("transformer_tiny")
   run_dir.save_or_check_run_files(str(tmp_path), hp, "p", SPEC)
   run_dir.save_or_check_run_files(str(tmp_path), hp, "p", SPEC)  # same run: fine
-  with pytest.raises(ValueError, match="num_heads: 4 in the run, 8 now"):
+  with pytest.raises(ValueError, match="num_heads: 4 in the run, 8 given"):
     run_dir.save_or_check_run_files(str(tmp_path), hp.replace(num_heads=8), "p", SPEC)
   with pytest.raises(ValueError, match="holds a run of"):
     run_dir.save_or_check_run_files(str(tmp_path), hp, "other_problem", SPEC)

@@ -260,7 +260,7 @@ def _average(run: str):
   chosen = demo_budget.checkpoints_to_average(sorted(paths), FLAGS.average_fraction,
                                               FLAGS.num_last_checkpoints)
   latest = chosen[0]
-  averaged = os.path.join(RunDir(run).averaged_dir, f"from-step-{latest}", "averaged.ckpt")
+  averaged = RunDir(run).averaged_checkpoint(latest)
   print(f"  steps {', '.join(map(str, chosen))} (the last {FLAGS.average_fraction:.0%} of "
         f"training, at most {FLAGS.num_last_checkpoints})", flush=True)
   if not _done(averaged + ".index"):

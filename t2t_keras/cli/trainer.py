@@ -5,11 +5,16 @@ r"""t2t_keras_trainer: train the Transformer (T2T's t2t-trainer and flags, on TF
   t2t_keras_trainer --flagfile=flags/wmt14_ende_base.flags --data_dir=$DATA --output_dir=$TRAIN
 
 A flagfile of flags/ also serves t2t_keras_decoder and t2t_keras_exporter. Running
-the same command again resumes from the last checkpoint in --output_dir.
+the same command again resumes from the last checkpoint in --output_dir; so does
+--output_dir alone (with --train_steps): --problem, --hparams_set, --hparams and
+--data_dir default to those the run recorded, and a given one that differs is refused.
+
+  t2t_keras_trainer --output_dir=$TRAIN --train_steps=300000
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -21,6 +26,7 @@ from t2t_keras import stopping  # noqa: E402
 from t2t_keras.cli import common_flags  # noqa: E402
 from t2t_keras.cli import file_checks  # noqa: E402
 from t2t_keras.perf import process  # noqa: E402
+from t2t_keras.run_layout import RunDir  # noqa: E402
 
 # Every experiment flag but the decoder's --checkpoint_path and --decode_to_file.
 common_flags.define_experiment_flags([name for name in common_flags.EXPERIMENT_FLAGS
@@ -39,7 +45,12 @@ def main(argv):
 def _check_and_train(signals: stopping.StopSignals):
   """Checks the flags and input files, then trains (`run_training.train`)."""
   common_flags.resolve_path_flags("data_dir", "output_dir")
-  for name in ("problem", "data_dir", "output_dir", "hparams_set"):
+  # Resuming, --problem, --hparams_set and --data_dir default to the run's (run_training
+  # checks them; a gfile URL is checked there too).
+  resuming = FLAGS.output_dir and ("://" in FLAGS.output_dir or os.path.exists(
+      RunDir(FLAGS.output_dir).hparams_file))
+  for name in ("output_dir",) if resuming else ("problem", "data_dir", "output_dir",
+                                                "hparams_set"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
   if FLAGS.model != "transformer":
