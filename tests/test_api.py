@@ -51,6 +51,8 @@ def test_readme_example_is_five_lines_and_uses_the_public_names():
 
 
 def test_readme_example_gives_the_decoder_cli_lines(tiny_trained_run, tmp_path, capsys):
+  # Exact on every CPU: the example and the in-process decoder command decode with the same
+  # TextDecoder batches and shapes.
   run, data_dir = tiny_trained_run
   printed = _run_example(run)
   assert len(printed) == 3, printed
@@ -82,6 +84,7 @@ def test_readme_example_gives_the_decoder_cli_lines(tiny_trained_run, tmp_path, 
 
 
 def test_translate_n_best_and_errors(tiny_trained_run):
+  # Exact on every CPU: n-best and top-1 search on the same logits at every step in one process.
   import t2t_keras
   run = t2t_keras.open_run(tiny_trained_run[0])
   lines = ["the big house", "", "a red cat"]
@@ -145,6 +148,7 @@ def _weights(run_dir: str) -> dict:
 
 
 def test_train_from_python_equals_the_trainer_command(tmp_path, capsys):
+  # Exact on every CPU: the same code, seed, data order and process on both sides.
   """Same settings and seed: the same weights after 3 steps and after resuming to 5."""
   import t2t_keras
   from tests.tiny_problem import make_tiny_problem

@@ -437,6 +437,7 @@ def test_graph_decoding_writes_buffers_in_place_xla_by_scatter():
 
 
 def test_concurrent_decodes_do_not_share_buffers():
+  # Exact on every CPU: the same traced function on the same batches in one process.
   """Each call writes into buffers of its own (as a server's concurrent requests do):
   two threads decoding different batches at once give each batch's serial output."""
   import threading
@@ -521,6 +522,8 @@ class _IdEncoder:
 
 
 def test_text_decoder_of_a_mixed_bfloat16_model_follows_its_weights():
+  # Exact on every CPU: both decoders run the same graph on the same bfloat16 twin values in
+  # one process.
   """The trainer's BLEU hook keeps one TextDecoder while the model trains: each
   decode_lines must use the weights of that moment, not those of the first call
   (the bfloat16 twin holds a copy)."""

@@ -91,6 +91,8 @@ def test_the_bound_rejects_bfloat16_accumulation_and_double_rounding():
 
 @pytest.mark.parametrize("shape", [(2048, 256), (16, 128, 64), (3, 1)])
 def test_bias_add_gradient_is_the_float64_sum(shape):
+  # Exact on every CPU: the forward is the same bias add op, and dx is dy itself (identity
+  # gradient).
   rng = np.random.default_rng(1)
   dy = upstream(rng, int(np.prod(shape[:-1])), shape[-1]).reshape(shape)
   x = tf.constant(bf16(rng.normal(size=shape)), tf.bfloat16)
@@ -120,6 +122,8 @@ def keras_twin(layer: dense_lib.Dense) -> keras.layers.Dense:
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_dense_matches_keras_forward_and_weights(policy):
+  # Exact on every CPU: the same matmul op on the same inputs; the bias add is a correctly
+  # rounded elementwise op.
   layer = dense_lib.Dense(64, activation="relu", dtype=policy, name="conv1")
   layer.build((None, 32))
   layer.bias.assign(np.linspace(-1, 1, 64).astype(np.float32))
@@ -133,6 +137,7 @@ def test_dense_matches_keras_forward_and_weights(policy):
 
 
 def test_float32_gradients_are_keras_own():
+  # Exact on every CPU: the float32 path is keras.layers.Dense's own call.
   layer = dense_lib.Dense(48, activation="relu")
   layer.build((None, 24))
   layer.bias.assign(np.linspace(-1, 1, 48).astype(np.float32))

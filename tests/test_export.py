@@ -188,6 +188,8 @@ def test_empty_long_and_mixed_batch(run, loaded):
 
 
 def test_example_signature_matches_text_signature(run, loaded):
+  # Exact on every CPU: both signatures run the same decode graph on the same batch in one
+  # process.
   lines = ["the big house", "a red cat sees the old dog", "", "new blue dog"]
   enc = run["encoders"]
   examples = [export.make_example(enc["inputs"].encode(s) + [1] if s else []) for s in lines]
@@ -288,6 +290,7 @@ def test_grpc_client_both_signatures(run, loaded, grpc_server):
 
 
 def test_rest_client_and_command(loaded):
+  # Exact on every CPU: the stand-in server runs the in-process signature on the same batch.
   class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):  # TF Serving's row format: {"predictions": [{name: value}]}
       assert self.path == "/v1/models/tiny:predict", self.path
@@ -331,6 +334,7 @@ def test_rest_client_and_command(loaded):
 
 
 def test_concurrent_requests_are_consistent(loaded):
+  # Exact on every CPU: the same signature, shape and process serves every thread.
   sentences = ["the big house", "a red cat sees the old dog", "new", "blue and green", ""]
   expected = {s: _translate(loaded, [s])[0][0] for s in sentences}
   fn = loaded.signatures["serving_default"]

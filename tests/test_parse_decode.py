@@ -64,6 +64,7 @@ def _run(module, *args):
 
 
 def test_decoder_prints_evalb_f1_equal_to_parse_eval(parse_run, tmp_path):
+  # Exact on every CPU: both score the same decoded file (integer bracket counts).
   data_dir, run_dir, gold = parse_run
   out = tmp_path / "test.decoded"
   stdout = _run("t2t_keras.cli.decoder", f"--data_dir={data_dir}", f"--output_dir={run_dir}",

@@ -495,6 +495,8 @@ def _adafactor_run(tmp_path, step, with_slots, skip=None):
 
 
 def test_adafactor_run_imports_with_its_adafactor_slots(tmp_path):
+  # Exact on every CPU: slots are compared with the tensors written to the checkpoint (a file
+  # round trip).
   """T2T's Adafactor slots (vr/vc of matrices, v of vectors) land in T2TAdafactor's
   slots of the imported run's checkpoint, the row shards of the embedding joined
   (vr concatenated, vc their row-weighted mean); the decay continues at T2T's step."""

@@ -82,6 +82,7 @@ def _snapshot(run: str) -> dict:
 
 def test_resume_from_output_dir_alone_trains_as_resuming_with_every_flag(
     two_steps, data_dir, tmp_path, capsys):
+  # Exact on every CPU: the same code, seed, data order and process on both sides.
   """--output_dir and --train_steps alone (no --problem, --hparams_set, --hparams,
   --data_dir) reach step 4 with the weights of the same resume given every flag; so
   do t2t_keras.train(output_dir=...) and the command given flags equal to the run's."""
