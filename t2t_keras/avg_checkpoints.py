@@ -95,14 +95,16 @@ def _warn_if_several_runs(paths: Sequence[str], log: Optional[Callable[[str], No
 
 
 def _run_files(directory: str) -> dict:
-  """hparams.json and run.json of `directory` (without the last training's status), flat."""
+  """hparams.json and run.json of `directory`, flat, without the last training's status
+  and without the set and overrides recorded (hparams.json holds what they built)."""
   out = {}
   for name in (run_dir.HPARAMS_FILE, run_dir.RUN_FILE):
     path = os.path.join(directory, name)
     if tf.io.gfile.exists(path):
       with tf.io.gfile.GFile(path) as f:
         out.update(json.load(f))
-  return {k: v for k, v in out.items() if k not in run_dir.STATUS_KEYS}
+  return {k: v for k, v in out.items()
+          if k not in run_dir.STATUS_KEYS + run_dir.RECIPE_KEYS}
 
 
 def average_checkpoints(model: Transformer, paths: Sequence[str], output_path: str,
