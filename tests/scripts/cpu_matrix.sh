@@ -14,15 +14,16 @@
 #   CPU_MATRIX_SKIP_QEMU=1 tests/scripts/cpu_matrix.sh
 #   CPU_MATRIX_ROWS="AVX2 qemu" tests/scripts/cpu_matrix.sh   # only those rows
 #
-# oneDNN capped at AVX2 on a CPU with AVX-512 crashes TensorFlow on any bfloat16 matmul
-# (TensorFlow hands bfloat16 ops to oneDNN by the CPU's own flags, and oneDNN capped at
-# AVX2 has no bfloat16 kernels; no real CPU is in that state): each cap row first runs a
-# bfloat16 matmul in a subprocess, and where it crashes, the row runs without the
-# bfloat16 tests and says so; the QEMU row runs those tests on an emulated AVX2-only CPU,
-# where TensorFlow itself takes its non-oneDNN bfloat16 path. A setting that crashes
+# A cap can crash TensorFlow on half precision: on an AVX-512 CPU, oneDNN capped at AVX2
+# segfaults on any bfloat16 matmul, and capped below the CPU's avx512_fp16 on a float16
+# one (TensorFlow hands those ops to oneDNN by the CPU's own flags, and the capped oneDNN
+# has no such kernels; no real CPU is in that state). So each cap row first runs a
+# bfloat16 and a float16 matmul in subprocesses, and where one crashes, the row runs
+# without that type's tests and says so; the QEMU row runs them on an emulated AVX2-only
+# CPU, where TensorFlow itself takes its non-oneDNN paths. A setting that crashes
 # TensorFlow otherwise is reported as such, naming the tests it crashed in, and the row is
 # run again without them (and again while new crashes appear); a row that hangs is killed
-# after CPU_MATRIX_ROW_TIMEOUT seconds (default 2400) and reported; then the next
+# after CPU_MATRIX_ROW_TIMEOUT seconds (default 1500) and reported; then the next
 # setting runs. Prints a table: setting x passed /
 # failed / errors / outcome; exits 1 if any test that ran failed (a crash is no verdict).
 # Takes about 5-10 minutes a row on 2 cores; logs go to $CPU_MATRIX_LOGS (a temp dir).
@@ -44,7 +45,7 @@ else
          tests/test_ctranslate2.py tests/test_faults_divergence.py tests/test_export.py
          tests/test_t2t_import.py tests/test_near_ties.py tests/test_keras_saving.py)
 fi
-# The QEMU row: these files, and every other bfloat16 test of the matrix's files.
+# The QEMU row: these files, and every other bfloat16 or float16 test of the matrix's files.
 QEMU_TESTS=${CPU_MATRIX_QEMU_TESTS:-"tests/test_dense.py tests/test_layer_norm.py tests/test_mixed_precision_training.py"}
 QEMU_CPU=${CPU_MATRIX_QEMU_CPU:-EPYC-Milan}
 LOGS=${CPU_MATRIX_LOGS:-$(mktemp -d /tmp/cpu_matrix.XXXXXX)}
@@ -82,7 +83,7 @@ FAILED=0
 # appear, at most CPU_MATRIX_RERUNS times), so that every other test's verdict is
 # known. The crashes are reported, not counted as failures. A run that exceeds
 # CPU_MATRIX_ROW_TIMEOUT seconds is killed and reported as hung.
-ROW_TIMEOUT=${CPU_MATRIX_ROW_TIMEOUT:-2400}
+ROW_TIMEOUT=${CPU_MATRIX_ROW_TIMEOUT:-1500}
 RERUNS=${CPU_MATRIX_RERUNS:-4}
 run_row() {
   local name="$1" log="$2"; shift 2
@@ -128,7 +129,7 @@ run_row() {
     outcome="ok"
   fi
   if [ -n "${ROW_NOTE:-}" ]; then
-    outcome="$outcome; ${deselected:-0} bfloat16 tests not run: $ROW_NOTE"
+    outcome="$outcome; ${deselected:-0} tests not run: $ROW_NOTE (the QEMU row runs them on an emulated AVX2 CPU)"
   fi
   if [ -n "$crashed" ]; then
     outcome="$outcome; TensorFlow crashed (segfault/abort) in, so run without: $(tr '\n' ' ' <<<"$crashed")"
@@ -145,12 +146,14 @@ wanted() { [ -z "${CPU_MATRIX_ROWS:-}" ] || [[ " $CPU_MATRIX_ROWS " == *" $1 "* 
 
 # A crashed worker is replaced (xdist's default allows 4 per worker, fewer than a
 # crashing setting can use up).
-# A bfloat16 matmul and Dense layer: crashes (segfault) where oneDNN gets bfloat16 ops it
-# has no kernels for.
-BF16_PROBE='import tensorflow as tf
-x = tf.cast(tf.random.normal([64, 64]), tf.bfloat16)
+# A matmul and a Dense layer in DTYPE: crash (segfault, abort) where oneDNN gets ops of a
+# half-precision type it has no kernels for.
+HALF_PROBE='import sys
+import tensorflow as tf
+dtype = sys.argv[1]
+x = tf.cast(tf.random.normal([64, 64]), dtype)
 print(float(tf.reduce_sum(tf.cast(tf.matmul(x, x), tf.float32))))
-print(tf.keras.layers.Dense(8, dtype="mixed_bfloat16")(tf.ones([4, 64])).dtype)'
+print(tf.keras.layers.Dense(8, dtype="mixed_" + dtype)(tf.ones([4, 64])).dtype)'
 PYTEST=("$PY" -m pytest -q -n 2 --dist loadfile --max-worker-restart=1000 -p no:cacheprovider
         "${TESTS[@]}")
 wanted onednn0 && run_row "TF_ENABLE_ONEDNN_OPTS=0" "$LOGS/onednn0.log" \
@@ -171,13 +174,22 @@ for level in "${LEVELS[@]}"; do
   fi
   CAP=(env TF_ENABLE_ONEDNN_OPTS=1 ONEDNN_MAX_CPU_ISA=$level CT2_FORCE_CPU_ISA=${CT2_ISA[$level]}
        XLA_FLAGS="--xla_cpu_max_isa=${XLA_ISA[$level]}")
-  ROW_NOTE="" KEEP=()
-  "${CAP[@]}" TF_CPP_MIN_LOG_LEVEL=3 "$PY" -c "$BF16_PROBE" >"$LOGS/probe_$level.log" 2>&1
-  probe=$?
-  if [ $probe -ge 128 ]; then
-    ROW_NOTE="a bfloat16 matmul crashes TensorFlow under this cap (exit $probe); QEMU row"
-    KEEP=(-k "not bfloat16")
-    echo "   (a bfloat16 matmul crashes TensorFlow under this cap: bfloat16 tests left out)"
+  ROW_NOTE="" KEEP=() left=()
+  for dtype in bfloat16 float16; do
+    # (stderr of the group: bash's report of the crash it expects)
+    { "${CAP[@]}" TF_CPP_MIN_LOG_LEVEL=3 "$PY" -c "$HALF_PROBE" $dtype \
+        >"$LOGS/probe_${level}_$dtype.log" 2>&1; probe=$?; } 2>/dev/null
+    [ $probe -ge 128 ] && left+=("$dtype")
+  done
+  # -k matches substrings of test names: "float16" is in every bfloat16 test's too.
+  case "${left[*]}" in
+    "bfloat16 float16") KEEP=(-k "not float16") ;;
+    "bfloat16") KEEP=(-k "not bfloat16") ;;
+    "float16") KEEP=(-k "not float16 or bfloat16") ;;
+  esac
+  if [ ${#left[@]} -gt 0 ]; then
+    ROW_NOTE="a ${left[*]// / and a } matmul crashes TensorFlow under this cap, so its tests"
+    echo "   ($ROW_NOTE are left out)"
   fi
   run_row "$name (+ CT2_FORCE_CPU_ISA=${CT2_ISA[$level]}, XLA ${XLA_ISA[$level]})" \
     "$LOGS/cap_$level.log" "${CAP[@]}" "${PYTEST[@]}" "${KEEP[@]}"
@@ -193,13 +205,13 @@ elif ! command -v qemu-x86_64 >/dev/null; then
   ROWS+=("$(printf '| %-58s | %6s | %6s | %6s | %6s | %s |' "$name" - - - - \
     "not run: qemu-x86_64 not found (apt-get install qemu-user)")")
 else
-  # Every bfloat16 test of the matrix's files not in QEMU_TESTS, by node id.
+  # Every bfloat16 and float16 test of the matrix's files not in QEMU_TESTS, by node id.
   QEMU_IDS=()
   while IFS= read -r id; do
     [[ " $QEMU_TESTS " == *" ${id%%::*} "* ]] || QEMU_IDS+=("$id")
-  done < <("$PY" -m pytest -q --collect-only -k bfloat16 -p no:cacheprovider "${TESTS[@]}" \
+  done < <("$PY" -m pytest -q --collect-only -k float16 -p no:cacheprovider "${TESTS[@]}" \
              2>/dev/null | grep "::")
-  name="QEMU -cpu $QEMU_CPU (AVX2 only): ${QEMU_TESTS} + ${#QEMU_IDS[@]} bfloat16 tests"
+  name="QEMU -cpu $QEMU_CPU (AVX2 only): ${QEMU_TESTS} + ${#QEMU_IDS[@]} (b)float16 tests"
   # shellcheck disable=SC2086  # the test list is meant to split
   run_row "$name" "$LOGS/qemu.log" env PY="$PY" tests/scripts/pytest_on_emulated_cpu.sh "$QEMU_CPU" -q \
     $QEMU_TESTS "${QEMU_IDS[@]}"
