@@ -321,12 +321,9 @@ class DecodeHParams(_Fields):
     if self.write_beam_scores and not self.return_beams:
       raise ValueError("decode_hparams.write_beam_scores=true needs return_beams=true "
                        "(scores are written after each beam of the n-best list).")
-    if self.beam_size < 1:
-      raise ValueError(f"decode_hparams.beam_size must be >= 1, got {self.beam_size}.")
-    if self.alpha < 0:
-      raise ValueError(f"decode_hparams.alpha must be >= 0, got {self.alpha}.")
-    if self.extra_length < 0:
-      raise ValueError(f"decode_hparams.extra_length must be >= 0, got {self.extra_length}.")
+    for name, lowest in (("beam_size", 1), ("alpha", 0), ("extra_length", 0)):
+      if getattr(self, name) < lowest:
+        raise ValueError(f"decode_hparams.{name} must be >= {lowest}, got {getattr(self, name)}.")
     _check_sampling("decode_hparams", self.sampling_method, self.sampling_temp,
                     self.sampling_keep_top_k)
 
@@ -549,8 +546,7 @@ def register(fn: Callable[[], HParams]) -> Callable[[], HParams]:
 
 
 def _sets():
-  # Imports hparams_sets, which registers the built-in sets, on first lookup: not at
-  # the top, as hparams_sets imports HParams and `register` from here (a cycle).
+  # Registers the built-in sets on first lookup (hparams_sets imports this module).
   from t2t_keras import hparams_sets  # pylint: disable=import-outside-toplevel
   return hparams_sets
 

@@ -137,3 +137,12 @@ def test_a_file_of_that_name_comes_before_the_packaged_flagfile(tmp_path, monkey
   assert common_flags.find_flagfile("demo") == "demo"
   # A path into another directory is the user's: never replaced by a packaged file.
   assert common_flags.find_flagfile("other/demo.flags") == "other/demo.flags"
+
+
+def test_library_files_and_readme_keep_the_size_rules():
+  """STYLE's small modules: no library file over 600 lines; the README at most 450."""
+  sizes = {str(p.relative_to(REPO)): len(p.read_text(encoding="utf-8").splitlines())
+           for top in ("t2t_keras", "data_gen") for p in (REPO / top).rglob("*.py")}
+  assert len(sizes) > 40
+  assert not {f: n for f, n in sizes.items() if n > 600}, "split these modules"
+  assert len((REPO / "README.md").read_text(encoding="utf-8").splitlines()) <= 450
