@@ -282,6 +282,8 @@ def test_large_beam_matches_exhaustive_enumeration(seed, alpha):
     swaps = [i for i in range(len(ranked) - 1) if ranked[i] < ranked[i + 1]]
     assert all(ranked[i + 1] - ranked[i] <= 2 * TABLE_EPS for i in swaps), (swaps, ranked)
     np.testing.assert_allclose(scores.numpy()[b][real], ranked, rtol=1e-5, atol=1e-5)
+    # The premise of comparing the top exactly, on any CPU: no near-tie for first place.
+    assert expected[0][1] - expected[1][1] > 2 * TABLE_EPS, expected[:2]
     assert finished_tokens(top_ids.numpy()[b, 0]) == expected[0][0]
     np.testing.assert_allclose(top_scores.numpy()[b, 0], expected[0][1],
                                rtol=1e-5, atol=1e-5)
@@ -580,6 +582,13 @@ def test_top_log_prob_extensions_equals_flat_top_k(vocab, block):
   parents[1] = 0.0
   lp = tf.constant(logits) + (parents - tf.reduce_logsumexp(logits, axis=-1))[..., None]
   want_values, want_flat = tf.math.top_k(tf.reshape(lp, [batch, beam * vocab]), k=k)
+  # Exact on every CPU: a tie is exact in both paths (the same logit plus the same
+  # offset: one beam, or identical beams), and every other pair of the k + 1 best is
+  # more than 1e-5 apart (checked here), beyond the few ulps (~1e-6 at these values) by
+  # which the two paths' logsumexps can differ.
+  best = -np.sort(-tf.reshape(lp, [batch, beam * vocab]).numpy(), axis=-1)[:, :k + 1]
+  gaps = best[:, :-1] - best[:, 1:]
+  assert np.all((gaps == 0) | (gaps > 1e-5)), gaps
   values, beams, ids = bs.top_log_prob_extensions(tf.constant(logits), tf.constant(parents),
                                                   k, block=block)
   np.testing.assert_array_equal(beams.numpy() * vocab + ids.numpy(), want_flat.numpy())

@@ -427,9 +427,16 @@ def test_int8_quantizes_the_embeddings_and_projection_too(tmp_path):
     results = translator.score_batch([[str(i) for i in s] for s in sources],
                                      [[str(i) for i in t[:-1]] for t in targets])
     scores[name] = np.array([sum(r.log_probs) for r in results])
-  assert np.abs(scores["int8"] - scores["float32"]).max() > 1e-3  # int8 changes them
-  np.testing.assert_array_equal(scores["all_int8"], scores["int8"])
-  np.testing.assert_array_equal(scores["layers_int8"], scores["int8"])
+  int8_effect = np.abs(scores["int8"] - scores["float32"]).max()
+  assert int8_effect > 1e-3  # int8 changes them
+  # Two quantizers make the int8 weights: NumPy's before saving, CTranslate2's C++ one
+  # (dispatched by the CPU's ISA) on load. They can differ only where a weight / scale
+  # lies at a rounding half, by one step: a few elements, far below 1% of int8's own
+  # effect (bit-equal on the CPUs seen), where float32 tables beside int8 layers would
+  # leave about half of it (0.059 of 0.106 nats a sentence on the demo's model).
+  for name in ("all_int8", "layers_int8"):
+    assert np.abs(scores[name] - scores["int8"]).max() <= 0.01 * int8_effect, (
+        name, scores[name], scores["int8"], int8_effect)
 
 
 def test_sampling_maps_t2t_settings(tmp_path):

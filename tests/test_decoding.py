@@ -233,7 +233,9 @@ def test_beam_one_equals_greedy():
       same += 1
       np.testing.assert_allclose(scores[row, 0], greedy_scores[row], atol=1e-5)
     elif got[n] == 1 and np.array_equal(got[:n], want[:n]):
-      assert scores[row, 0] > greedy_scores[row]
+      # the beam's finished top beats greedy's longer one (up to the two computations'
+      # score error, on every CPU)
+      assert scores[row, 0] > greedy_scores[row] - 2 * SCORE_EPS
     else:
       assert margin_of(row) <= 2 * SCORE_EPS, (row, got, want, margin_of(row))
       ties += 1

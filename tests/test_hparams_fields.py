@@ -67,7 +67,7 @@ ALLOW_LIST = {
         "symbol_modality_num_shards": ("t2t_keras/t2t_import.py", "weights_",
                                        "tests/test_t2t_import.py",
                                        "names T2T checkpoint variables only"),
-        # Exact equality with the concatenated batch is tested in test_training.
+        # Tested in test_training against the NumPy port of T2T's MultistepAdam (derived bound).
         "optimizer_multistep_accumulate_steps": (
             "t2t_keras/training.py", "hparams.optimizer_multistep_accumulate_steps",
             "tests/test_training.py", "needs a compiled multi-batch step"),

@@ -67,7 +67,7 @@ def main(argv):
   print(f"Averaging {len(paths)} checkpoints: " + ", ".join(os.path.basename(p) for p in paths))
   written = avg_checkpoints.average_checkpoints(
       model, paths, output_path,
-      model_source=f"the model of {os.path.join(directory, run_dir.HPARAMS_FILE)}",
+      model_source=f"the model of {RunDir(directory).hparams_file}",
       log=lambda line: print(line, file=sys.stderr, flush=True))
   print(f"Averaged checkpoint written to {written}")
 

@@ -130,7 +130,7 @@ run_row() {
   if [ -n "${ROW_NOTE:-}" ]; then
     # (xdist's summary leaves out the deselected count: pytest's own collection gives it)
     deselected=$("$@" --collect-only 2>/dev/null | grep -oE "[0-9]+ deselected" | grep -oE "[0-9]+" | tail -1)
-    outcome="$outcome; ${deselected:-?} tests not run: $ROW_NOTE (the QEMU row runs them on an emulated AVX2 CPU)"
+    outcome="$outcome; ${deselected:-?} tests not run, as $ROW_NOTE (the QEMU row runs them on an emulated AVX2 CPU)"
   fi
   if [ -n "$crashed" ]; then
     outcome="$outcome; TensorFlow crashed (segfault/abort) in, so run without: $(tr '\n' ' ' <<<"$crashed")"
@@ -190,11 +190,11 @@ for level in "${LEVELS[@]}"; do
   esac
   if [ ${#left[@]} -gt 0 ]; then
     if [ ${#left[@]} = 2 ]; then
-      ROW_NOTE="a bfloat16 and a float16 matmul crash TensorFlow under this cap, so their tests"
+      ROW_NOTE="a bfloat16 and a float16 matmul crash TensorFlow under this cap"
     else
-      ROW_NOTE="a ${left[0]} matmul crashes TensorFlow under this cap, so its tests"
+      ROW_NOTE="a ${left[0]} matmul crashes TensorFlow under this cap"
     fi
-    echo "   ($ROW_NOTE are left out)"
+    echo "   ($ROW_NOTE: its tests are left out)"
   fi
   run_row "$name (+ CT2_FORCE_CPU_ISA=${CT2_ISA[$level]}, XLA ${XLA_ISA[$level]})" \
     "$LOGS/cap_$level.log" "${CAP[@]}" "${PYTEST[@]}" "${KEEP[@]}"
