@@ -322,8 +322,8 @@ class DecodeHParams(_Fields):
       raise ValueError("decode_hparams.write_beam_scores=true needs return_beams=true "
                        "(scores are written after each beam of the n-best list).")
     for name, lowest in (("beam_size", 1), ("alpha", 0), ("extra_length", 0)):
-      if getattr(self, name) < lowest:
-        raise ValueError(f"decode_hparams.{name} must be >= {lowest}, got {getattr(self, name)}.")
+      if (value := getattr(self, name)) < lowest:
+        raise ValueError(f"decode_hparams.{name} must be >= {lowest}, got {value}.")
     _check_sampling("decode_hparams", self.sampling_method, self.sampling_temp,
                     self.sampling_keep_top_k)
 

@@ -194,7 +194,7 @@ for level in "${LEVELS[@]}"; do
     else
       ROW_NOTE="a ${left[0]} matmul crashes TensorFlow under this cap"
     fi
-    echo "   ($ROW_NOTE: its tests are left out)"
+    echo "   ($ROW_NOTE: those tests are left out)"
   fi
   run_row "$name (+ CT2_FORCE_CPU_ISA=${CT2_ISA[$level]}, XLA ${XLA_ISA[$level]})" \
     "$LOGS/cap_$level.log" "${CAP[@]}" "${PYTEST[@]}" "${KEEP[@]}"
