@@ -186,9 +186,36 @@ def top_log_prob_extensions(logits: tf.Tensor, parent_log_probs: tf.Tensor,
 
 
 # ------------------------------------------------------------ beam search ---
+def _force_prefix(logits, state: _BeamState, extensions, prefix, k: int):
+  """The extensions of step `state.i`, with the forced token where a prefix goes on.
+
+  Where item b is still inside its prefix (`prefix` = (ids `[batch, P]`,
+  lengths `[batch]`)), its only hypothesis (beam 0: no EOS and no second beam
+  can arise while forcing) is extended by the prefix token with the model's
+  log-prob of it, and the other k - 1 candidates are placeholders at -INF, as
+  the initial beams are. Elsewhere the extensions are kept as they are.
+  """
+  log_probs, beam, ids = extensions
+  prefix_ids, prefix_lengths = prefix
+  forcing = state.i < prefix_lengths  # [batch]
+  column = tf.minimum(state.i, tf.shape(prefix_ids)[1] - 1)
+  forced_id = tf.gather(prefix_ids, column, axis=1)  # [batch]
+  first = logits[:, 0, :]  # [batch, vocab]
+  forced_lp = (tf.gather(first, forced_id, batch_dims=1) -
+               tf.reduce_logsumexp(first, axis=-1) + state.alive_log_probs[:, 0])
+  batch_size = tf.shape(logits)[0]
+  placeholders = tf.fill([batch_size, k - 1], -INF)
+  forced = (tf.concat([forced_lp[:, None], placeholders], axis=1),
+            tf.zeros_like(beam), tf.tile(forced_id[:, None], [1, k]))
+  return tuple(tf.where(forcing[:, None], f, e) for f, e in zip(forced, extensions))
+
+
 def _grow_topk(symbols_to_logits_fn, state: _BeamState, per_item: Any,
-               options: BeamSearchOptions):
+               options: BeamSearchOptions, prefix=None):
   """Extends the alive beams by one token; keeps the best 2 * beam_size.
+
+  With `prefix` (ids, lengths) an item inside its prefix takes the prefix token
+  (`_force_prefix`).
 
   Returns:
     topk_seq `[batch, 2*beam, L+1]`, topk_log_probs / topk_scores
@@ -206,8 +233,11 @@ def _grow_topk(symbols_to_logits_fn, state: _BeamState, per_item: Any,
   # guarantees >= beam candidates that are not EOS. One penalty for all
   # candidates, so rank by log-prob and divide only the 2 * beam winners
   # (T2T divides all beam * V first: same order).
-  topk_log_probs, topk_beam, topk_ids = search.compiled_extensions(
+  extensions = search.compiled_extensions(
       top_log_prob_extensions, logits, state.alive_log_probs, 2 * beam_size)
+  if prefix is not None:
+    extensions = _force_prefix(logits, state, extensions, prefix, 2 * beam_size)
+  topk_log_probs, topk_beam, topk_ids = extensions
   topk_scores = topk_log_probs / length_penalty(state.i + 1, options.alpha)
   topk_seq = gather_beams(state.alive_seq, topk_beam)  # [batch, 2*beam, L+1]
   topk_seq = write_column(topk_seq, state.i + 1, topk_ids)
@@ -245,7 +275,7 @@ def _grow_finished(state: _BeamState, topk_seq, topk_scores, topk_finished,
 
 
 def _beam_step(symbols_to_logits_fn, state: _BeamState, per_item: Any,
-               options: BeamSearchOptions, active: tf.Tensor) -> _BeamState:
+               options: BeamSearchOptions, active: tf.Tensor, prefix=None) -> _BeamState:
   """One T2T beam-search step: grow_topk, grow_alive, grow_finished.
 
   Only the items where `active` `[batch]` is True take the step; the others
@@ -253,7 +283,7 @@ def _beam_step(symbols_to_logits_fn, state: _BeamState, per_item: Any,
   """
   beam_size = options.beam_size
   (topk_seq, topk_log_probs, topk_scores, topk_beam, topk_ids,
-   new_state) = _grow_topk(symbols_to_logits_fn, state, per_item, options)
+   new_state) = _grow_topk(symbols_to_logits_fn, state, per_item, options, prefix)
   topk_is_eos = tf.equal(topk_ids, options.eos_id)  # [batch, 2*beam]
   # Children of the -INF placeholder beams are not real hypotheses.
   topk_finished = tf.logical_and(topk_is_eos, topk_log_probs > -INF / 2)
@@ -335,7 +365,8 @@ def _initial_beam_state(ids: tf.Tensor, state: DecodingState, beam_size: int) ->
 def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
                 decode_length: IntOrTensor, options: BeamSearchOptions,
                 state: Optional[DecodingState] = None,
-                decode_lengths: Optional[tf.Tensor] = None) -> SearchOutput:
+                decode_lengths: Optional[tf.Tensor] = None,
+                prefix: Optional[tf.Tensor] = None) -> SearchOutput:
   """T2T beam search: ids, scores, final state and steps run.
 
   Each batch item gets exactly the result T2T's `beam_search` gives for it
@@ -355,6 +386,13 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
     decode_lengths: optional `[batch]` int, each item's own maximum steps
       (T2T's decode_length for that item; values above `decode_length` act
       as `decode_length`). Default: `decode_length` for every item.
+    prefix: optional `[batch, P]` int32, a forced target prefix per item
+      (0-padded; no EOS in it): step i < the item's prefix length takes
+      `prefix[:, i]` with the model's log-prob of it, so every hypothesis
+      starts with the prefix and its score counts the prefix's log-probs as
+      scoring the whole target would. Items with an empty prefix (and
+      `prefix=None`) search exactly as without. A decode length shorter than
+      the prefix cuts it.
 
   Returns:
     `SearchOutput(ids [batch, beam, decode_length + 1], scores [batch, beam],
@@ -366,11 +404,14 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
   search = _initial_beam_state(ids, state, options.beam_size)
   lengths = item_decode_lengths(decode_lengths, decode_length, tf.shape(search.alive_seq)[0])
   active = lambda s: _active_items(s, lengths, options)
+  if prefix is not None:
+    prefix_ids = tf.pad(tf.cast(prefix, tf.int32), [[0, 0], [0, 1]])  # never 0 columns
+    prefix = (prefix_ids, tf.reduce_sum(tf.cast(tf.not_equal(prefix_ids, 0), tf.int32), 1))
   # `per_item` never changes: captured by the loop, not carried through it.
   search = tf.while_loop(
       lambda *s: tf.reduce_any(active(_BeamState(*s))),
       lambda *s: tuple(_beam_step(symbols_to_logits_fn, _BeamState(*s), state.per_item,
-                                  options, active(_BeamState(*s)))),
+                                  options, active(_BeamState(*s)), prefix)),
       tuple(search))
   search = _BeamState(*search)
   # Items where nothing finished fall back to alive beams and raw log-probs.

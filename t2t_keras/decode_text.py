@@ -73,6 +73,8 @@ class LineDecoder:
     log: function taking one progress line.
   """
 
+  supports_prefix = False  # whether `decode_lines` takes forced target prefixes
+
   def __init__(self, encoders: Dict, decode_hp: DecodeHParams,
                log: Callable[[str], None] = print):
     self.encoders = encoders
@@ -128,17 +130,34 @@ class LineDecoder:
     return [todo[begin:begin + self.batch_size]
             for begin in range(0, len(todo), self.batch_size)]
 
-  def _decode_batch(self, rows: List[List[int]]) -> Tuple[Sequence, Sequence]:
-    """Encoded inputs (EOS included) -> (per row: ids `[length]` or with return_beams
-    `[beam, length]`; per row: its score or its beams' scores)."""
+  def _decode_batch(self, rows: List[List[int]],
+                    prefixes: Optional[List[List[int]]] = None) -> Tuple[Sequence, Sequence]:
+    """Encoded inputs (EOS included) and, where supported, prefix ids (no EOS) ->
+    (per row: ids `[length]` or with return_beams `[beam, length]`; per row: its
+    score or its beams' scores)."""
     raise NotImplementedError
 
   def _score_batch(self, sources: List[List[int]], targets: List[List[int]]) -> List[float]:
     """log P(target | source) of each encoded pair (EOS included in both)."""
     raise NotImplementedError
 
-  def decode_lines(self, lines: Sequence[str], progress_every_secs: float = 10.0) -> List[str]:
-    """One output string per input line, in input order."""
+  def decode_lines(self, lines: Sequence[str], progress_every_secs: float = 10.0,
+                   prefixes: Optional[Sequence[str]] = None) -> List[str]:
+    """One output string per input line, in input order.
+
+    prefixes: optional, one per line: the text each output starts with (its
+    subwords forced, see `decoding.decode_ids`); "" decodes the line as without.
+    An empty input line still gives "".
+    Raises:
+      ValueError: prefixes not one per line, or an engine without prefixes.
+    """
+    if prefixes is not None:
+      if not self.supports_prefix:
+        raise ValueError(f"{type(self).__name__} does not force target prefixes; decode "
+                         "them with the TensorFlow engine.")
+      if len(prefixes) != len(lines):
+        raise ValueError(f"one prefix per input line: got {len(prefixes)} prefixes for "
+                         f"{len(lines)} lines.")
     self.truncated = self.cleaned = 0
     outputs = [""] * len(lines)
     todo = [i for i, line in enumerate(lines) if tokenizer.normalize_input(line)]
@@ -159,8 +178,15 @@ class LineDecoder:
                f"+ EOS): line(s) {shown}{more}.")
     start = last = time.time()
     done = 0
+    forced = None
+    if prefixes is not None and any(p.strip() for p in prefixes):
+      forced = {i: self.encoders["targets"].encode(prefixes[i].strip()) for i in todo}
     for batch in self._batches(todo, encoded):
-      ids, scores = self._decode_batch([encoded[i] for i in batch])
+      rows = [encoded[i] for i in batch]
+      if forced is None:
+        ids, scores = self._decode_batch(rows)
+      else:
+        ids, scores = self._decode_batch(rows, [forced[i] for i in batch])
       for row, index in enumerate(batch):
         outputs[index] = self._format(ids[row], scores[row])
         if self.decode_hp.log_results:  # T2T's log_decode_results.
@@ -201,6 +227,8 @@ class TextDecoder(LineDecoder):
     log: function taking one progress line.
   """
 
+  supports_prefix = True
+
   def __init__(self, model: Transformer, encoders: Dict, decode_hp: DecodeHParams,
                use_cache: bool = True, jit_compile: Optional[bool] = None,
                log: Callable[[str], None] = print):
@@ -208,7 +236,7 @@ class TextDecoder(LineDecoder):
     self.model = model
     self.jit_compile = jit_compile
     self.use_cache = use_cache
-    self._decode_fns = {}  # jit_compile -> fn, kept across calls (XLA keeps its compilations)
+    self._decode_fns = {}  # (jit_compile, with_prefix) -> fn, kept across calls (XLA keeps its compilations)
     self._jit = False
     # What decoding runs (the model, or the bfloat16 twin `make_decode_fn` chose): its
     # weights are cast again at each decode_lines, so that a trainer's BLEU hook sees
@@ -217,13 +245,15 @@ class TextDecoder(LineDecoder):
     self.score_fn = tf.function(lambda x, y: decoding.score_targets(model, x, y),
                                 input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2)
 
-  def decode_fn(self, jit_compile: bool) -> Callable:
-    """The decoding tf.function with or without XLA, made once."""
-    if jit_compile not in self._decode_fns:
+  def decode_fn(self, jit_compile: bool, with_prefix: bool = False) -> Callable:
+    """The decoding tf.function with or without XLA (and a prefix input), made once."""
+    key = (jit_compile, with_prefix)
+    if key not in self._decode_fns:
       fn = decoding.make_decode_fn(self.model, self.decode_hp, use_cache=self.use_cache,
-                                   jit_compile=jit_compile, decoded_model=self._inference)
-      self._decode_fns[jit_compile], self._inference = fn, fn.decoded_model
-    return self._decode_fns[jit_compile]
+                                   jit_compile=jit_compile, decoded_model=self._inference,
+                                   with_prefix=with_prefix)
+      self._decode_fns[key], self._inference = fn, fn.decoded_model
+    return self._decode_fns[key]
 
   def _start(self, count: int) -> None:
     self._jit = self.jit_compile
@@ -234,8 +264,13 @@ class TextDecoder(LineDecoder):
     if not fresh and self._inference is not self.model:
       inference.copy_weights(self.model, self._inference)
 
-  def _decode_batch(self, rows):
-    ids, scores = self.decode_fn(self._jit)(tf.constant(self._pad(rows, self._jit)))
+  def _decode_batch(self, rows, prefixes=None):
+    inputs = tf.constant(self._pad(rows, self._jit))
+    if prefixes is None:
+      ids, scores = self.decode_fn(self._jit)(inputs)
+    else:  # rows without a prefix get none (all PAD): they decode as without
+      prefix = tf.constant(self._pad([p or [PAD_ID] for p in prefixes], self._jit))
+      ids, scores = self.decode_fn(self._jit, with_prefix=True)(inputs, prefix)
     return ids.numpy(), scores.numpy()
 
   def _score_batch(self, sources, targets):

@@ -73,8 +73,8 @@ def initial_state(model: Transformer, encoder_output: tf.Tensor, encdec_bias: tf
 
 
 def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
-               use_cache: bool = True,
-               decode_length: Optional[int] = None) -> Tuple[tf.Tensor, tf.Tensor]:
+               use_cache: bool = True, decode_length: Optional[int] = None,
+               prefix: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor]:
   """Decodes a batch of padded input ids (run it inside tf.function).
 
   Args:
@@ -84,6 +84,11 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
     decode_length: static output buffer length (default input_length +
       extra_length); each sentence stops at min(its cap, decode_length), its
       cap being its non-pad input length + extra_length.
+    prefix: optional `[batch, P]` int target ids each output starts with
+      (0-padded, no EOS), forced in every search (`beam_search.beam_search`);
+      scores count them. A sentence's cap is then at least its prefix + 1
+      (the default buffer at least P + 1), so a long prefix is never cut.
+      None, or an empty row, decodes exactly as without.
 
   Returns:
     ids int32 `[batch, decode_length]` (or `[batch, beam, decode_length]` with
@@ -99,6 +104,13 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
     decode_length = (known if known is not None else tf.shape(inputs)[1]) + \
         decode_hp.extra_length
   cap = _input_lengths(inputs) + decode_hp.extra_length
+  if prefix is not None:
+    prefix = tf.cast(prefix, tf.int32)
+    cap = tf.maximum(cap, _input_lengths(prefix) + 1)
+    if isinstance(decode_length, int) and prefix.shape[1] is not None:
+      decode_length = max(decode_length, prefix.shape[1] + 1)
+    else:
+      decode_length = tf.maximum(decode_length, tf.shape(prefix)[1] + 1)
   beams = decode_hp.beam_size
   encoder_output, encdec_bias = model.encode(inputs, training=False)
   state = initial_state(model, encoder_output, encdec_bias, decode_length, beams, use_cache)
@@ -109,23 +121,25 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
         beams, model.target_vocab_size, decode_hp.alpha, eos_id=EOS_ID, stop_early=True,
         top_beams=beams if decode_hp.return_beams else 1)
     out = beam_search.beam_search(fn, initial, decode_length, options, state,
-                                  decode_lengths=cap)
+                                  decode_lengths=cap, prefix=prefix)
     ids = out.ids[:, :, 1:]
     return (ids, out.scores) if decode_hp.return_beams else (ids[:, 0], out.scores[:, 0])
   if decode_hp.sampling_method == "argmax":
     out = sampling.greedy_search(fn, initial, decode_length, EOS_ID, state,
-                                 decode_lengths=cap)
+                                 decode_lengths=cap, prefix=prefix)
   else:
     out = sampling.sample(fn, initial, decode_length, decode_hp.sampling_temp,
                           decode_hp.sampling_keep_top_k, eos_id=EOS_ID, state=state,
-                          decode_lengths=cap)
+                          decode_lengths=cap, prefix=prefix)
   ids, scores = out.ids[:, 1:], out.scores
   return (ids[:, None], scores[:, None]) if decode_hp.return_beams else (ids, scores)
 
 
 def make_decode_fn(model: Transformer, decode_hp: DecodeHParams, use_cache: bool = True,
-                   jit_compile: bool = False, decoded_model=None) -> Callable:
-  """A tf.function inputs `[batch, length]` -> (ids, scores) of `decode_ids`.
+                   jit_compile: bool = False, decoded_model=None,
+                   with_prefix: bool = False) -> Callable:
+  """A tf.function inputs `[batch, length]` -> (ids, scores) of `decode_ids`
+  (with_prefix: (inputs, prefix `[batch, P]`) -> the same, the prefix forced).
 
   With jit_compile the function is traced per input shape (decode_length is then
   static, as XLA needs); callers pad lengths to a few buckets to bound retracing.
@@ -136,10 +150,13 @@ def make_decode_fn(model: Transformer, decode_hp: DecodeHParams, use_cache: bool
   """
   decoded = decoded_model if decoded_model is not None else inference.inference_model(model)
   fn = functools.partial(decode_ids, decoded, decode_hp=decode_hp, use_cache=use_cache)
+  if with_prefix:
+    fn = functools.partial(lambda f, inputs, prefix: f(inputs, prefix=prefix), fn)
   if jit_compile:
     fn = tf.function(fn, jit_compile=True)
   else:
-    fn = tf.function(fn, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    fn = tf.function(fn, input_signature=[tf.TensorSpec([None, None], tf.int32)] *
+                     (2 if with_prefix else 1))
   fn.decoded_model = decoded
   return fn
 

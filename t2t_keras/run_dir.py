@@ -407,6 +407,14 @@ def _parse_run_file(output_dir: str, name: str, parse: Callable[[str], object]):
         f"No {name} in {output_dir}: give the --output_dir of a training run, or train a "
         f"model there first with t2t_keras_trainer --output_dir={output_dir} ...") from None
   try:
+def recorded_vocab_digests(output_dir: str) -> Dict[str, str]:
+  """{side: SHA-256} of the vocabularies run.json records ({} for an older run.json)."""
+  run = _parse_run_file(output_dir, RUN_FILE, json.loads)
+  entries = run.get(VOCAB_KEY) if isinstance(run, dict) else None
+  return {side: entry["sha256"] for entry in entries or [] if "sha256" in entry
+          for side in entry.get("features", [])}
+
+
     return parse(text)
   except (ValueError, TypeError, AttributeError, KeyError) as e:  # JSONDecodeError: ValueError
     raise _damaged(output_dir, name, " ".join(str(e).split()) or type(e).__name__) from None

@@ -61,11 +61,15 @@ def sample_with_temperature(logits: tf.Tensor, temperature: float, top_k: int = 
 
 
 def _decode_loop(symbols_to_logits_fn, initial_ids, decode_length, eos_id, state,
-                 choose_fn, decode_lengths=None):
-  """Shared greedy/sampling loop; `choose_fn(logits [b, V], i) -> [b]`."""
+                 choose_fn, decode_lengths=None, prefix=None):
+  """Shared greedy/sampling loop; `choose_fn(logits [b, V], i) -> [b]`; a row
+  inside its `prefix` `[b, P]` (0-padded) takes the prefix token instead."""
   check_decode_length(decode_length)
   ids = init_id_buffer(initial_ids, decode_length)  # [batch, L+1]
   batch_size = tf.shape(ids)[0]
+  if prefix is not None:
+    prefix = tf.pad(tf.cast(prefix, tf.int32), [[0, 0], [0, 1]])  # never 0 columns
+    prefix_lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefix, PAD_ID), tf.int32), 1)
   lengths = item_decode_lengths(decode_lengths, decode_length, batch_size)
   state = check_state(state, ids.shape[0])
 
@@ -75,6 +79,9 @@ def _decode_loop(symbols_to_logits_fn, initial_ids, decode_length, eos_id, state
         ids, i, DecodingState(per_beam, state.per_item, in_place))
     logits = check_logits(logits, None)  # [batch, V]
     next_id = choose_fn(logits, i)  # [batch]
+    if prefix is not None:
+      forced = tf.gather(prefix, tf.minimum(i, tf.shape(prefix)[1] - 1), axis=1)
+      next_id = tf.where(i < prefix_lengths, forced, next_id)
     token_log_prob = tf.gather(tf.nn.log_softmax(logits), next_id, batch_dims=1)  # [batch]
     # Count log-probs up to and including the first EOS, pad after it.
     log_prob += tf.where(active, token_log_prob, 0.0)
@@ -96,7 +103,8 @@ def _decode_loop(symbols_to_logits_fn, initial_ids, decode_length, eos_id, state
 def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
                   decode_length: IntOrTensor, eos_id: int = EOS_ID,
                   state: Optional[DecodingState] = None,
-                  decode_lengths: Optional[tf.Tensor] = None) -> SearchOutput:
+                  decode_lengths: Optional[tf.Tensor] = None,
+                  prefix: Optional[tf.Tensor] = None) -> SearchOutput:
   """Argmax decoding (T2T `_fast_decode` with `sampling_method="argmax"`).
 
   Args:
@@ -109,6 +117,8 @@ def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tenso
     decode_lengths: optional `[batch]` int, each row's own maximum steps
       (capped at `decode_length`); a row reaching it stops without EOS, as
       T2T's greedy loop does at its decode_length.
+    prefix: optional `[batch, P]` int32 forced first ids per row (0-padded, no
+      EOS): a row takes them, with their log-probs, before choosing its own.
 
   Returns:
     `search_utils.SearchOutput`: ids `[batch, decode_length + 1]` int32 incl.
@@ -117,14 +127,16 @@ def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tenso
     EOS; the final state; the steps run.
   """
   return _decode_loop(symbols_to_logits_fn, initial_ids, decode_length, eos_id, state,
-                      lambda logits, i: sample_with_temperature(logits, 0.0), decode_lengths)
+                      lambda logits, i: sample_with_temperature(logits, 0.0), decode_lengths,
+                      prefix)
 
 
 def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
            decode_length: IntOrTensor, temperature: float = 1.0, top_k: int = -1,
            seed: Union[int, Sequence[int]] = 0, eos_id: int = EOS_ID,
            state: Optional[DecodingState] = None,
-           decode_lengths: Optional[tf.Tensor] = None) -> SearchOutput:
+           decode_lengths: Optional[tf.Tensor] = None,
+           prefix: Optional[tf.Tensor] = None) -> SearchOutput:
   """Sampling decode (T2T `sampling_method="random"`).
 
   Args:
@@ -133,7 +145,7 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
     seed: int or pair of ints; the same seed gives the same samples (step i
       uses the seed folded with i). TF's stateless RNG gives a different
       (equally reproducible) stream under `jit_compile=True`.
-    Other arguments (incl. `decode_lengths`) and the return value as in
+    Other arguments (incl. `decode_lengths`, `prefix`) and the return value as in
     `greedy_search`; scores sum the untempered log-probs of the drawn ids.
   """
   if isinstance(temperature, bool) or not isinstance(
@@ -152,4 +164,4 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
     return sample_with_temperature(logits, float(temperature), top_k, step_seed)
 
   return _decode_loop(symbols_to_logits_fn, initial_ids, decode_length, eos_id, state,
-                      choose, decode_lengths)
+                      choose, decode_lengths, prefix)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from t2t_keras.run_layout import RunDir
 
@@ -26,12 +26,22 @@ def _quiet(line: str) -> None:
   del line
 
 
-def open_run(path: str, checkpoint: Optional[str] = None, data_dir: Optional[str] = None,
-             log: Callable[[str], None] = _quiet) -> "TrainedRun":
+class EnsembleError(ValueError):
+  """Runs that cannot decode together (another vocabulary, a CTranslate2 engine)."""
+
+
+def open_run(path: Union[str, Sequence[str]], checkpoint: Optional[str] = None,
+             data_dir: Optional[str] = None, log: Callable[[str], None] = _quiet,
+             default_run: Optional[str] = None) -> "TrainedRun":
   """Loads the trained run in `path` (a `t2t_keras_trainer --output_dir`).
 
+  `open_run([A, B, ...])` loads the ensemble of several (`ensemble.py`): each a
+  run directory, or a checkpoint prefix whose directory is its run (else
+  `default_run`'s); they must share the vocabulary. It translates, scores and
+  exports as one run; its `members` are the runs, each loaded alone.
+
   Args:
-    path: the run directory.
+    path: the run directory, or a list of runs / checkpoints (an ensemble).
     checkpoint: a checkpoint prefix (e.g. an averaged one) or a directory of
       checkpoints; default the run's newest loadable checkpoint with finite weights.
     data_dir: the directory holding the run's vocabulary; default the --data_dir the
@@ -46,6 +56,11 @@ def open_run(path: str, checkpoint: Optional[str] = None, data_dir: Optional[str
     checkpoints.CheckpointError: no loadable checkpoint, or `checkpoint` is damaged
       or belongs to another model.
   """
+  if not isinstance(path, str):
+    if checkpoint:
+      raise ValueError("open_run([...]) takes each member's checkpoint in the list, "
+                       f"not checkpoint={checkpoint!r}.")
+    return _open_ensemble(list(path), data_dir, log, default_run)
   from data_gen import registry
   from t2t_keras import run_dir
   from t2t_keras.errors import RunError
@@ -67,6 +82,49 @@ def open_run(path: str, checkpoint: Optional[str] = None, data_dir: Optional[str
   return TrainedRun(path, data_dir, problem, model, checkpoint_path, log)
 
 
+def _member_run(item: str, default_run: Optional[str]) -> Tuple[str, Optional[str]]:
+  """(run directory, checkpoint or None) of an ensemble member given as a run
+  directory or as a checkpoint (prefix or directory of checkpoints)."""
+  if os.path.isfile(RunDir(item).hparams_file):
+    return item, None
+  parent = os.path.dirname(os.path.normpath(item))
+  if os.path.isfile(RunDir(parent).hparams_file):
+    return parent, item
+  if default_run:
+    return default_run, item
+  raise FileNotFoundError(f"{item} is neither a run directory (no hparams.json) nor a "
+                          "checkpoint in one; give run directories or their checkpoints.")
+
+
+def _open_ensemble(items: List[str], data_dir: Optional[str], log: Callable[[str], None],
+                   default_run: Optional[str]) -> "TrainedRun":
+  from t2t_keras import ensemble
+  if not items:
+    raise ValueError("open_run([]): an ensemble needs at least one run.")
+  from t2t_keras import run_dir
+  members = [_member_run(item, default_run) for item in items]
+  # Before any model is built: run.json records each run's vocabulary digests.
+  digests = [run_dir.recorded_vocab_digests(run_path) for run_path, _ in members]
+  for item, (run_path, _), digest in zip(items[1:], members[1:], digests[1:]):
+    for side in ("targets", "inputs"):
+      if digests[0].get(side) and digest.get(side) and digest[side] != digests[0][side]:
+        raise EnsembleError(
+            f"ensemble members need the same vocabulary: {item} was trained with another "
+            f"{side} vocabulary (SHA-256 {digest[side][:16]}...) than {items[0]} "
+            f"({digests[0][side][:16]}...); ensemble runs of one problem's vocabulary.")
+  runs = [open_run(run_path, checkpoint, data_dir, log) for run_path, checkpoint in members]
+  if len(runs) == 1:
+    return runs[0]
+  try:
+    ensemble.check_same_vocabulary(items, [r.encoders for r in runs])
+  except ValueError as e:
+    raise EnsembleError(str(e)) from None
+  first = runs[0]
+  return TrainedRun(first.run_dir.path, first.data_dir, first.problem,
+                    ensemble.Ensemble([r.model for r in runs]),
+                    ",".join(r.checkpoint_path for r in runs), log, members=runs)
+
+
 class TrainedRun:
   """A trained run, loaded: see `open_run`.
 
@@ -76,11 +134,13 @@ class TrainedRun:
     hparams: its `HParams`.
     problem: its `data_gen.problem.Problem`; `encoders`: {"inputs", "targets"}.
     model: the Keras model (`t2t_keras.model.Transformer`), weights restored.
-    checkpoint_path: the checkpoint they came from.
+    checkpoint_path: the checkpoint they came from (an ensemble's: comma-separated).
+    members: an ensemble's runs (each a `TrainedRun`), else [].
   """
 
   def __init__(self, path: str, data_dir: str, problem, model, checkpoint_path: str,
-               log: Callable[[str], None] = _quiet):
+               log: Callable[[str], None] = _quiet, members: Sequence["TrainedRun"] = ()):
+    self.members = list(members)
     self.run_dir = RunDir(path)
     self.data_dir = data_dir
     self.problem = problem
@@ -92,8 +152,15 @@ class TrainedRun:
     self._decoders = {}  # DecodeHParams -> TextDecoder: traced decode functions are kept
 
   def __repr__(self) -> str:
+    if self.members:
+      return f"TrainedRun(ensemble of {[m.run_dir.path for m in self.members]!r})"
     return (f"TrainedRun({self.run_dir.path!r}, problem={self.problem.name!r}, "
             f"checkpoint={self.checkpoint_path!r})")
+
+  def _refuse_ensemble_in_ctranslate2(self) -> None:
+    if self.members:
+      raise EnsembleError("CTranslate2 decodes one model, not an ensemble: use "
+                          "engine='tensorflow' (--engine=tensorflow).")
 
   @property
   def vocab_files(self) -> Dict[str, str]:
@@ -131,6 +198,7 @@ class TrainedRun:
     import tempfile
 
     from t2t_keras import ctranslate2_decode, ctranslate2_export
+    self._refuse_ensemble_in_ctranslate2()
     if ctranslate2_model_dir:
       return ctranslate2_decode.CTranslate2Decoder(ctranslate2_model_dir, self.encoders,
                                                    decode_hp, compute_type=compute_type,
@@ -144,15 +212,21 @@ class TrainedRun:
                                                    compute_type=compute_type, log=self.log)
 
   def translate(self, sentences: Sequence[str], beam_size: int = 4, alpha: float = 0.6,
-                n_best: int = 1, **decode_hparams) -> Union[List[str], List[List[str]]]:
+                n_best: int = 1, prefix: Optional[Sequence[str]] = None,
+                **decode_hparams) -> Union[List[str], List[List[str]]]:
     """Translations of `sentences`, one per sentence (an empty one gives "").
+
+    `prefix` (one text per sentence, "" for none) forces the start of each
+    translation: the search continues from it and scores count it
+    (`decoding.decode_ids`).
 
     With n_best > 1 each is the list of the n best hypotheses, best first (T2T's
     return_beams). Other T2T decode hparams by name (extra_length=50,
     max_input_size=...; beam_size=1 decodes greedily or, with
     sampling_method="random", samples).
     Raises:
-      ValueError: n_best outside 1..beam_size, or a bad decode hparam.
+      ValueError: n_best outside 1..beam_size, a bad decode hparam, or not one
+        prefix per sentence.
     """
     if isinstance(sentences, str):
       raise ValueError("translate() takes a list of sentences; got one string: pass "
@@ -161,7 +235,11 @@ class TrainedRun:
       raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}.")
     decode_hp = self.decode_hparams(beam_size=beam_size, alpha=alpha,
                                     return_beams=n_best > 1, **decode_hparams)
-    lines = self.decoder(decode_hp).decode_lines(list(sentences))
+    if isinstance(prefix, str):
+      raise ValueError("prefix takes one text per sentence; got one string: pass "
+                       f"[{prefix[:40]!r}].")
+    lines = self.decoder(decode_hp).decode_lines(
+        list(sentences), prefixes=None if prefix is None else list(prefix))
     if n_best == 1:
       return lines
     return [line.split("\t")[:n_best] if line else [""] for line in lines]
@@ -215,6 +293,7 @@ class TrainedRun:
       ImportError: ctranslate2 is not installed.
     """
     from t2t_keras import ctranslate2_decode, ctranslate2_export
+    self._refuse_ensemble_in_ctranslate2()
     ctranslate2_decode.import_ctranslate2()
     ctranslate2_export.check_convertible(self.hparams)
     return ctranslate2_export.export(self.model, self.vocab_files,

@@ -24,7 +24,7 @@ scores are within eps of these makes every choice whose margin exceeds
 at most 2 * eps.
 """
 
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -73,9 +73,20 @@ def _length_penalty(length, alpha: float) -> float:
   return ((5.0 + float(length)) / 6.0) ** alpha
 
 
+def _force(log_probs: np.ndarray, i: int, prefix: Sequence[int]) -> np.ndarray:
+  """Forced prefix: at step i < len(prefix) every id but prefix[i] is impossible
+  (-inf, after normalisation, so the forced id keeps the model's log-prob)."""
+  if i >= len(prefix):
+    return log_probs
+  masked = np.full_like(log_probs, -np.inf)
+  masked[..., prefix[i]] = log_probs[..., prefix[i]]
+  return masked
+
+
 def _grow_topk(logits_fn: LogitsFn, i: int, alive_seq: np.ndarray,
                alive_log_probs: np.ndarray, beam_size: int, alpha: float,
-               eos_id: int, margins: Optional[List[float]] = None):
+               eos_id: int, margins: Optional[List[float]] = None,
+               prefix: Sequence[int] = ()):
   """T2T `beam_search.grow_topk`: the 2 * beam best one-token extensions.
 
   Returns (topk_seq [2*beam, i+2], topk_log_probs, topk_scores,
@@ -83,7 +94,7 @@ def _grow_topk(logits_fn: LogitsFn, i: int, alive_seq: np.ndarray,
   """
   logits = np.asarray(logits_fn(alive_seq))  # [beam, vocab]
   vocab_size = logits.shape[-1]
-  log_probs = _log_softmax(logits) + alive_log_probs[:, None]
+  log_probs = _force(_log_softmax(logits), i, prefix) + alive_log_probs[:, None]
   penalty = _length_penalty(i + 1, alpha)
   curr_scores = (log_probs / penalty).reshape(-1)  # [beam * vocab]
   _record_cut(margins, curr_scores, 2 * beam_size)
@@ -149,8 +160,8 @@ def _is_not_finished(i: int, alive_log_probs, finished_scores,
 
 def t2t_beam_search(logits_fn: LogitsFn, beam_size: int, alpha: float,
                     decode_length: int, vocab_size: int, eos_id: int = EOS_ID,
-                    stop_early: bool = True, margins: Optional[List[float]] = None
-                    ) -> Tuple[np.ndarray, np.ndarray]:
+                    stop_early: bool = True, margins: Optional[List[float]] = None,
+                    prefix: Sequence[int] = ()) -> Tuple[np.ndarray, np.ndarray]:
   """T2T `beam_search.beam_search` + `fast_decode`'s slicing, one sentence.
 
   Mirrors: initial state (only beam 0 alive, finished slots empty at -INF),
@@ -170,6 +181,8 @@ def t2t_beam_search(logits_fn: LogitsFn, beam_size: int, alpha: float,
     stop_early: T2T's stop_early.
     margins: a list to which the margin of every choice is appended (see the
       module docstring), or None.
+    prefix: forced first ids (not T2T's: a forced target prefix, as CTranslate2's
+      target_prefix): at step i < len(prefix) only prefix[i] may extend a beam.
 
   Returns:
     (seqs `[beam_size, steps]` int64 without the leading sos id, 0-padded
@@ -193,7 +206,7 @@ def t2t_beam_search(logits_fn: LogitsFn, beam_size: int, alpha: float,
   while _is_not_finished(i, alive_log_probs, finished_scores, decode_length,
                          alpha, stop_early, margins):
     topk_seq, topk_log_probs, topk_scores, topk_finished = _grow_topk(
-        checked_fn, i, alive_seq, alive_log_probs, beam_size, alpha, eos_id, margins)
+        checked_fn, i, alive_seq, alive_log_probs, beam_size, alpha, eos_id, margins, prefix)
     alive_seq, alive_log_probs = _grow_alive(
         topk_seq, topk_scores, topk_log_probs, topk_finished, beam_size, margins)
     finished_seq, finished_scores, finished_flags = _grow_finished(
@@ -209,13 +222,15 @@ def t2t_beam_search(logits_fn: LogitsFn, beam_size: int, alpha: float,
 
 
 def t2t_greedy(logits_fn: LogitsFn, decode_length: int, eos_id: int = EOS_ID,
-               margins: Optional[List[float]] = None) -> Tuple[np.ndarray, float]:
+               margins: Optional[List[float]] = None,
+               prefix: Sequence[int] = ()) -> Tuple[np.ndarray, float]:
   """T2T `fast_decode`'s greedy loop (`sampling_method="argmax"`), batch 1.
 
   Loops while `i < decode_length` and EOS was not hit; each step appends the
   argmax id and adds its log-prob to the score (up to and including the
   first EOS). At decode_length it simply stops: no EOS is appended.
   `margins`: as t2t_beam_search's (each step's best minus second-best log-prob).
+  `prefix`: forced first ids, as t2t_beam_search's.
 
   Returns:
     (ids `[steps]` int64 without the sos id, ending in EOS only if the model
@@ -224,9 +239,10 @@ def t2t_greedy(logits_fn: LogitsFn, decode_length: int, eos_id: int = EOS_ID,
   decoded = np.array([[SOS_ID]], np.int64)
   log_prob, hit_eos, i = 0.0, False, 0
   while i < decode_length and not hit_eos:
-    log_probs = _log_softmax(np.asarray(logits_fn(decoded))[0])
+    log_probs = _force(_log_softmax(np.asarray(logits_fn(decoded))[0]), i, prefix)
     next_id = int(np.argmax(log_probs))  # first maximum, as tf.argmax
-    _record_cut(margins, log_probs, 1)
+    if i >= len(prefix):
+      _record_cut(margins, log_probs, 1)
     log_prob += float(log_probs[next_id])
     hit_eos = next_id == eos_id
     decoded = np.concatenate([decoded, [[next_id]]], axis=1)

@@ -404,7 +404,7 @@ def test_xla_with_bucketed_lengths_decodes_as_without(trained):
   assert xla.decode_lines(lines) == compiled
   near_ties.assert_equal_or_near_tie(xla.decode_lines(lines[:2]), compiled[:2], margin_of,
                                      SCORE_EPS, "XLA, two lines vs all")
-  assert list(xla._decode_fns) == [True]
+  assert list(xla._decode_fns) == [(True, False)]  # XLA, no prefix input
 
 
 def _op_types(concrete) -> collections.Counter:

@@ -14,8 +14,10 @@ SMALL = ("num_hidden_layers=2,hidden_size=64,filter_size=128,num_heads=4,batch_s
          "learning_rate_warmup_steps=100,learning_rate_constant=0.5")
 
 
-def train_tiny_run(root: str, steps: int = 400, overrides: str = SMALL):
-  """Generates the tiny problem under `root` and trains `steps` steps.
+def train_tiny_run(root: str, steps: int = 400, overrides: str = SMALL, seed: int = 0,
+                   data_dir: str = None):
+  """Generates the tiny problem under `root` (or reuses `data_dir`'s) and trains
+  `steps` steps from random seed `seed`.
 
   Returns:
     (run_dir, data_dir): run_dir holds hparams.json, run.json and checkpoints.
@@ -24,7 +26,7 @@ def train_tiny_run(root: str, steps: int = 400, overrides: str = SMALL):
   from t2t_keras import experiment, run_dir
   from t2t_keras.hparams import create_hparams
   from t2t_keras.training import Trainer, create_strategy
-  data_dir = make_tiny_problem(root)
+  data_dir = data_dir or make_tiny_problem(root)
   problem = registry.problem("translate_from_files", data_dir)
   enc = problem.feature_encoders(data_dir)
   hp = create_hparams("transformer_tiny", overrides)
@@ -32,10 +34,10 @@ def train_tiny_run(root: str, steps: int = 400, overrides: str = SMALL):
   output_dir = os.path.join(root, "run")
   run_dir.save_or_check_run_files(output_dir, hp, "translate_from_files", spec,
                                   run_dir.vocab_record(problem, data_dir, enc), data_dir=data_dir)
-  tf.keras.utils.set_random_seed(0)
+  tf.keras.utils.set_random_seed(seed)
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=steps)
   config = experiment.RunConfig(output_dir=output_dir, train_steps=steps,
-                                local_eval_frequency=steps, random_seed=0)
+                                local_eval_frequency=steps, random_seed=seed)
   experiment.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
                         log=lambda line: None).train()
   return output_dir, data_dir

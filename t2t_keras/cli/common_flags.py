@@ -76,7 +76,9 @@ _EXPERIMENT = {
     "eval_bleu": ("bool", False, "Decode the dev source at each evaluation and log sacreBLEU "
                   "(T2T's decode hook)."),
     "eval_bleu_max_lines": ("integer", 200, "Dev lines decoded for BLEU (--eval_bleu)."),
-    "checkpoint_path": ("string", None, "Checkpoint prefix (default: latest in output_dir)."),
+    "checkpoint_path": ("string", None, "Checkpoint prefix (default: latest in output_dir); "
+                        "A,B,... decodes the ensemble of these runs (directories) or "
+                        "checkpoints: the mean of their log-probabilities at every step."),
 }
 EXPERIMENT_FLAGS = tuple(_EXPERIMENT)
 # The flags load_trained_run reads (the decoder and the exporter define them).
@@ -148,7 +150,9 @@ def load_trained_run():
   from t2t_keras import trained_run
   from t2t_keras.hparams import create_hparams
   FLAGS = flags.FLAGS
-  for name in ("data_dir", "output_dir"):
+  members = (FLAGS.checkpoint_path or "").split(",")
+  # An ensemble names its runs in --checkpoint_path; --output_dir is then optional.
+  for name in ("data_dir",) + (("output_dir",) if len(members) == 1 else ()):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
   if FLAGS.model != "transformer":
@@ -159,9 +163,16 @@ def load_trained_run():
   precision.set_mixed_precision(FLAGS.mixed_precision)
   log = lambda line: print(line, file=sys.stderr, flush=True)
   try:
-    run = trained_run.open_run(FLAGS.output_dir, FLAGS.checkpoint_path, FLAGS.data_dir, log=log)
+    if len(members) > 1:  # an ensemble: each a run directory or a checkpoint
+      run = trained_run.open_run(members, data_dir=FLAGS.data_dir, log=log,
+                                 default_run=FLAGS.output_dir)
+    else:
+      run = trained_run.open_run(FLAGS.output_dir, FLAGS.checkpoint_path, FLAGS.data_dir,
+                                 log=log)
   except FileNotFoundError as e:  # no hparams.json / run.json: not a training run
     raise app.UsageError(str(e)) from None
+  except trained_run.EnsembleError as e:
+    raise app.UsageError(f"--checkpoint_path={FLAGS.checkpoint_path}: {e}") from None
   if FLAGS.hparams_set:
     wanted = create_hparams(FLAGS.hparams_set, FLAGS.hparams)
     if wanted != run.hparams:
@@ -183,10 +194,15 @@ def resolve_path_flags(*names: str) -> None:
   of each directory, whatever the working directory.
   """
   import os
+
+  def resolve(path):
+    return path if "://" in path else os.path.abspath(os.path.expanduser(path))
+
   for name in names:
     value = getattr(flags.FLAGS, name)
-    if value and "://" not in value:
-      setattr(flags.FLAGS, name, os.path.abspath(os.path.expanduser(value)))
+    if value:  # --checkpoint_path may list an ensemble's members: A,B
+      parts = value.split(",") if name == "checkpoint_path" else [value]
+      setattr(flags.FLAGS, name, ",".join(resolve(p) for p in parts))
 
 
 def check_output_file(flag: str, path: str) -> None:

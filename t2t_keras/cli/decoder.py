@@ -43,6 +43,10 @@ common_flags.define_experiment_flags(common_flags.TRAINED_RUN_FLAGS + (
 flags.DEFINE_bool("decode_interactive", False, "Read sentences from stdin, print translations.")
 flags.DEFINE_string("score_file", None,
                     "Score source<TAB>target pairs from this file: print log P(target|source).")
+flags.DEFINE_string("decode_prefix_file", None,
+                    "Force the start of each output: one target prefix per input line (an "
+                    "empty line forces nothing); beam search continues from it and scores "
+                    "count it.")
 flags.DEFINE_bool("eval_use_test_set", False, "Decode the test split instead of dev.")
 flags.DEFINE_bool("decode_use_cache", True, "Cached incremental decoding (else recompute).")
 flags.DEFINE_bool("decode_jit_compile", None,
@@ -88,6 +92,7 @@ def main(argv):
                            "source<TAB>target; give one tab-separated pair per line.")
   elif not FLAGS.decode_interactive:
     lines, reference, refs = _read_source_and_reference(decode_hp)
+  prefixes = _read_prefixes(None if FLAGS.score_file or FLAGS.decode_interactive else lines)
   _check_engine_flags()
   from t2t_keras import bleu, evalb
   run = common_flags.load_trained_run()
@@ -105,7 +110,7 @@ def main(argv):
     for line in sys.stdin:
       print(decoder.decode_lines([line.rstrip("\n")])[0], flush=True)
     return
-  outputs = decoder.decode_lines(lines)
+  outputs = decoder.decode_lines(lines, prefixes=prefixes)
   _emit(outputs)
   if reference:
     hyps = [o.split("\t")[0] for o in outputs]
@@ -128,6 +133,25 @@ def main(argv):
         print(bleu.paper_not_computed(problem.target_lang), flush=True)
 
 
+def _read_prefixes(lines):
+  """--decode_prefix_file's lines, one per input line, or None."""
+  if not FLAGS.decode_prefix_file:
+    return None
+  if lines is None:
+    raise app.UsageError("--decode_prefix_file applies to decoding a file or the dataset, "
+                         "not to --score_file or --decode_interactive.")
+  if FLAGS.engine != "tensorflow":
+    raise app.UsageError("--decode_prefix_file needs --engine=tensorflow.")
+  prefixes = file_checks.read_input_lines(
+      "decode_prefix_file", FLAGS.decode_prefix_file,
+      "a text file of target prefixes, one per input line", allow_stdin=False)
+  if len(prefixes) != len(lines):
+    raise app.UsageError(
+        f"--decode_prefix_file={FLAGS.decode_prefix_file} has {len(prefixes)} lines but the "
+        f"input has {len(lines)}; give one prefix per input line (an empty line for none).")
+  return prefixes
+
+
 def _check_engine_flags():
   """CTranslate2's flags only with --engine=ctranslate2, which needs the package."""
   if FLAGS.engine != "ctranslate2":
@@ -135,6 +159,9 @@ def _check_engine_flags():
       if FLAGS[name].present:
         raise app.UsageError(f"--{name} applies to --engine=ctranslate2 only.")
     return
+  if "," in (FLAGS.checkpoint_path or ""):
+    raise app.UsageError(f"--checkpoint_path={FLAGS.checkpoint_path} is an ensemble; "
+                         "CTranslate2 decodes one model: use --engine=tensorflow.")
   from t2t_keras import ctranslate2_decode
   try:
     ctranslate2_decode.import_ctranslate2()

@@ -66,6 +66,9 @@ def main(argv):
 def _export_ctranslate2():
   """The run as a CTranslate2 model directory (refused by name where it cannot map)."""
   from t2t_keras import ctranslate2_decode, ctranslate2_export
+  if "," in (FLAGS.checkpoint_path or ""):
+    raise app.UsageError(f"--checkpoint_path={FLAGS.checkpoint_path} is an ensemble; a "
+                         "CTranslate2 model holds one: use --export_format=saved_model.")
   try:
     ctranslate2_decode.import_ctranslate2()
   except ImportError as e:

@@ -19,8 +19,8 @@ unset), from measurements on a 2-core Zen 4 (docs/performance.md): XLA only for
 float32 models of at least AUTO_XLA_MIN_HIDDEN_SIZE decoding at least
 AUTO_XLA_MIN_LINES lines. A transformer_base batch of 32 decodes about 2 s
 faster with XLA but each input shape compiles for about 14 s, so XLA pays after
-roughly 2,000 lines; for transformer_tiny the demo's 968 test lines took 38 s
-with XLA against 27 s without. Interactive and short inputs never wait for a
+roughly 2,000 lines; for transformer_tiny the decoder took 20.7 s for the
+demo's 968 test lines with XLA against 12.9 s without (2-core Zen 5). Interactive and short inputs never wait for a
 compilation. Never for bfloat16: XLA's CPU dots compute bfloat16 at the float32
 rate, where TensorFlow's oneDNN kernels use the CPU's native bfloat16.
 
@@ -34,7 +34,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from t2t_keras import perf, run_dir
+from t2t_keras import ensemble, perf, run_dir
 
 XLA_LENGTH_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 AUTO_XLA_MIN_LINES = 2000
@@ -50,7 +50,12 @@ def inference_dtype(model: Any) -> Optional[str]:
 
 
 def inference_model(model: Any) -> Any:
-  """The model that decoding runs: `model`, or its twin of `inference_dtype` (weights copied)."""
+  """The model that decoding runs: `model`, or its twin of `inference_dtype` (weights
+  copied); an ensemble's each member so."""
+  if isinstance(model, ensemble.Ensemble):
+    twins = [inference_model(m) for m in model.members]
+    same = all(t is m for t, m in zip(twins, model.members))
+    return model if same else ensemble.Ensemble(twins)
   dtype = inference_dtype(model)
   if dtype is None:
     return model
@@ -68,6 +73,11 @@ def inference_model(model: Any) -> Any:
 def copy_weights(model: Any, twin: Any) -> None:
   """Casts `model`'s current weights into its `inference_model` twin (a snapshot:
   a model that trains on must be copied again before the twin decodes)."""
+  if isinstance(model, ensemble.Ensemble):
+    for member, member_twin in zip(model.members, twin.members):
+      if member_twin is not member:
+        copy_weights(member, member_twin)
+    return
   for source, target in zip(model.weights, twin.weights):
     target.assign(tf.cast(source.value, target.dtype))
 
@@ -84,6 +94,6 @@ def decode_with_xla(model: Any, lines: int) -> bool:
   """Whether decoding `lines` lines is faster with XLA (the automatic choice; see above)."""
   if perf.plain_ops():
     return False
-  return (lines >= AUTO_XLA_MIN_LINES and
-          model.hparams.hidden_size >= AUTO_XLA_MIN_HIDDEN_SIZE and
-          model.dtype_policy.compute_dtype == "float32")
+  return lines >= AUTO_XLA_MIN_LINES and all(
+      m.hparams.hidden_size >= AUTO_XLA_MIN_HIDDEN_SIZE and
+      m.dtype_policy.compute_dtype == "float32" for m in ensemble.members(model))
