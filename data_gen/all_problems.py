@@ -6,6 +6,7 @@
 import importlib
 import importlib.util
 
+from data_gen import languagemodel_from_files  # noqa: F401  pylint: disable=unused-import
 from data_gen import translate_ende  # noqa: F401  pylint: disable=unused-import
 from data_gen import translate_enfr  # noqa: F401  pylint: disable=unused-import
 from data_gen import translate_from_files  # noqa: F401  pylint: disable=unused-import

@@ -21,26 +21,36 @@ from data_gen import registry
 FILE_ARGS = ("train_source", "train_target", "dev_source", "dev_target", "test_source",
              "test_target")
 LANG_ARGS = ("source_lang", "target_lang")  # names, not files; None: the problem's default
+# languagemodel_from_files' own settings.
+LM_FILE_ARGS = ("train_text", "dev_text", "test_text")
+# The problems configured by arguments -> the arguments each takes (with vocab_size).
+_PROBLEM_ARGS = {"translate_from_files": FILE_ARGS + LANG_ARGS,
+                 "languagemodel_from_files": LM_FILE_ARGS}
 
 
 def make_problem(name: str, data_dir: str, vocab_size: int = 2**15, **files: Optional[str]):
-  """The problem to generate: registered `name`, or translate_from_files on `files`.
+  """The problem to generate: registered `name`, or translate_from_files /
+  languagemodel_from_files on `files`.
 
-  `files` are `FILE_ARGS` and `LANG_ARGS`; those None or empty are not given.
+  `files` are `FILE_ARGS` and `LANG_ARGS`, or `LM_FILE_ARGS`; those None or
+  empty are not given.
 
   Raises:
     ValueError: an unknown problem, or file arguments for another problem.
   """
   given = {k: v for k, v in files.items() if v}
-  unknown = sorted(set(files) - set(FILE_ARGS) - set(LANG_ARGS))
+  known = FILE_ARGS + LANG_ARGS + LM_FILE_ARGS
+  unknown = sorted(set(files) - set(known))
   if unknown:
     raise ValueError(f"unknown argument(s) {', '.join(unknown)}; translate_from_files takes "
-                     f"{', '.join(FILE_ARGS + LANG_ARGS)} and vocab_size")
-  if name != "translate_from_files":
-    if given:
-      raise ValueError("--%s only apply to --problem=translate_from_files, not %r"
-                       % (", --".join(given), name))
-    return registry.problem(name, data_dir=data_dir)
+                     f"{', '.join(FILE_ARGS + LANG_ARGS)} and vocab_size, "
+                     f"languagemodel_from_files {', '.join(LM_FILE_ARGS)} and vocab_size")
+  takes = _PROBLEM_ARGS.get(name, ())
+  foreign = [k for k in given if k not in takes]
+  if foreign:
+    owner = next(p for p, args in _PROBLEM_ARGS.items() if foreign[0] in args)
+    raise ValueError("--%s only apply to --problem=%s, not %r"
+                     % (", --".join(foreign), owner, name))
   if not given:
     return registry.problem(name, data_dir=data_dir)  # rerun: config saved in data_dir
   return registry.problem_class(name)(vocab_size=vocab_size, **given)
@@ -59,7 +69,8 @@ def generate_data(problem: str, data_dir: str, tmp_dir: str = "/tmp/t2t_datagen"
     data_dir, tmp_dir, num_shards, max_cases, random_seed, t2t_usr_dir: as the flags.
     vocab_size, train_source, train_target, dev_source, dev_target, test_source,
       test_target, source_lang, target_lang: translate_from_files' settings (the
-      test files optional; the languages "src"/"tgt" unless given).
+      test files optional; the languages "src"/"tgt" unless given);
+      train_text, dev_text, test_text: languagemodel_from_files' (test optional).
     progress: called as progress(stage, done, total) while generating.
   Returns:
     the generation's summary: {"splits": {split: counts}, "settings", "changed", ...}.

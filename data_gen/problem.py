@@ -116,7 +116,11 @@ class Text2TextProblem(Problem):
 
   Subclasses implement `generate_samples`; they may override `approx_vocab_size`,
   `share_vocab`, `has_test_split`, `source_lang`/`target_lang` and the space ids.
+  `has_inputs = False` is T2T's Text2SelfProblem (a language model): samples and
+  records hold only "targets"; "inputs" still names the one shared vocabulary.
   """
+
+  has_inputs: bool = True
 
   approx_vocab_size: int = 2**15
   share_vocab: bool = True
@@ -131,7 +135,8 @@ class Text2TextProblem(Problem):
 
   # ---- subclass interface -------------------------------------------------
   def generate_samples(self, data_dir: str, tmp_dir: str, split: str) -> Iterator[Dict[str, str]]:
-    """Yields {"inputs": str, "targets": str} for `split` (raw text)."""
+    """Yields {"inputs": str, "targets": str} for `split` (raw text; no inputs when
+    not `has_inputs`)."""
     raise NotImplementedError
 
   def generate_text_for_vocab(self, data_dir: str, tmp_dir: str,
@@ -141,9 +146,14 @@ class Text2TextProblem(Problem):
     `side` ("inputs"/"targets") restricts it to one side for separate vocabs.
     """
     for sample in self.generate_samples(data_dir, tmp_dir, DatasetSplit.TRAIN):
-      for key in ("inputs", "targets"):
+      for key in self.features:
         if side in (None, key):
           yield sample[key]
+
+  @property
+  def features(self) -> tuple:
+    """The features of the records: ("inputs", "targets"), or ("targets",) without inputs."""
+    return ("inputs", "targets") if self.has_inputs else ("targets",)
 
   @property
   def dataset_splits(self) -> List[Dict[str, Any]]:
@@ -230,7 +240,7 @@ class Text2TextProblem(Problem):
     """Plain-text files datagen writes beside a split's shards (listed in the manifest)."""
     if split == DatasetSplit.TRAIN:
       return []
-    return [self.text_file(data_dir, split, s) for s in ("inputs", "targets")]
+    return [self.text_file(data_dir, split, s) for s in self.features]
 
   def write_split_extras(self, data_dir: str, split: str) -> None:
     """Hook: files a problem derives from a split's text files (before the manifest)."""
@@ -246,9 +256,8 @@ class Text2TextProblem(Problem):
     """Encodes samples and appends EOS=1 (T2T `text2text_generate_encoded`)."""
     for sample in self.generate_samples(data_dir, tmp_dir, split):
       if text_sink is not None:
-        text_sink.append((sample["inputs"], sample["targets"]))
-      yield {"inputs": encoders["inputs"].encode(sample["inputs"]) + [EOS_ID],
-             "targets": encoders["targets"].encode(sample["targets"]) + [EOS_ID]}
+        text_sink.append(tuple(sample[k] for k in self.features))
+      yield {k: encoders[k].encode(sample[k]) + [EOS_ID] for k in self.features}
 
   def generate_data(self, data_dir: str, tmp_dir: str, num_shards: Optional[int] = None,
                     max_cases: Optional[int] = None, random_seed: Optional[int] = None,
@@ -359,11 +368,11 @@ class Text2TextProblem(Problem):
     generator_utils.generate_files(
         self.generate_encoded_samples(data_dir, tmp_dir, split, encoders, texts),
         unshuffled, max_cases=max_cases, progress=progress, stage=split,
-        vocab_sizes={k: encoders[k].vocab_size for k in ("inputs", "targets")})
+        vocab_sizes={k: encoders[k].vocab_size for k in self.features})
     if texts is not None:
       # Text files hold exactly the written examples, in generation order.
       texts = texts[:max_cases] if max_cases is not None else texts
-      for idx, side in enumerate(("inputs", "targets")):
+      for idx, side in enumerate(self.features):
         file_io.write_lines(self.text_file(data_dir, split, side),
                             (pair[idx].replace("\n", " ") for pair in texts))
       self.write_split_extras(data_dir, split)

@@ -18,8 +18,9 @@ def _relative_factor(hp: HParams) -> int:
 
 
 def forward_flops(hp: HParams, target_vocab_size: int, batch: int, input_length: int,
-                  target_length: int) -> float:
-  """Forward-pass matmul FLOPs of one padded batch `[batch, input/target_length]`."""
+                  target_length: int, has_inputs: bool = True) -> float:
+  """Forward-pass matmul FLOPs of one padded batch `[batch, input/target_length]`;
+  without inputs (a language model) no encoder nor encoder-decoder attention."""
   d, f, kc, vc = hp.hidden_size, hp.filter_size, hp.key_channels, hp.value_channels
   src, tgt = batch * input_length, batch * target_length
   projections = 2 * d * kc + 2 * d * vc  # q, k, v, output_transform
@@ -29,16 +30,17 @@ def forward_flops(hp: HParams, target_vocab_size: int, batch: int, input_length:
                                        relative * input_length * (kc + vc))
   decoder = hp.decoder_layers * (
       tgt * (projections + relative * target_length * (kc + vc))  # self-attention
-      + tgt * (d * kc + vc * d + input_length * (kc + vc))      # enc-dec q, output, scores
-      + src * (d * kc + d * vc)                                 # enc-dec k, v
+      + float(has_inputs) * (tgt * (d * kc + vc * d + input_length * (kc + vc))  # enc-dec q, out
+                             + src * (d * kc + d * vc))         # enc-dec k, v
       + tgt * ffn)
   softmax = tgt * d * target_vocab_size
   return 2.0 * (encoder + decoder + softmax)
 
 
 def training_flops(hp: HParams, target_vocab_size: int, batch: int, input_length: int,
-                   target_length: int) -> float:
-  return 3.0 * forward_flops(hp, target_vocab_size, batch, input_length, target_length)
+                   target_length: int, has_inputs: bool = True) -> float:
+  return 3.0 * forward_flops(hp, target_vocab_size, batch, input_length, target_length,
+                             has_inputs)
 
 
 def decode_flops(hp: HParams, target_vocab_size: int, batch: int, input_length: int,

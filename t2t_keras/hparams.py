@@ -23,6 +23,9 @@ import logging
 import re
 from typing import Any, Callable, Dict, List, Tuple
 
+from t2t_keras.hparams_checks import (ADAFACTOR_DECAY_TYPES, PREPEND_MODES,  # noqa: F401
+                                      check_adafactor, check_prepend_mode)
+
 _PREPOST_CHARS = set("adnz")
 POS_CHOICES = ("timing", "timing_paper", "emb", "none")
 SELF_ATTENTION_TYPES = ("dot_product", "dot_product_relative")
@@ -46,7 +49,6 @@ MIXED_PRECISION_OF_ACTIVATION_DTYPE = {"float32": "none", "bfloat16": "bfloat16"
                                        "float16": "float16"}
 # Every optimizer name accepted: T2T's Adam ones and its Adafactor (adafactor.T2TAdafactor).
 OPTIMIZERS = ADAM_OPTIMIZERS + ("adafactor",)
-ADAFACTOR_DECAY_TYPES = ("pow", "adam")
 # Broadcast-dims fields -> the rank of the tensor whose dropout they shape.
 DROPOUT_BROADCAST_DIMS_RANKS = {"layer_prepostprocess_dropout_broadcast_dims": 3,
                                 "attention_dropout_broadcast_dims": 4,
@@ -160,6 +162,7 @@ class HParams(_Fields):
   batch_shuffle_size: int = 512
   max_input_seq_length: int = 0
   max_target_seq_length: int = 0
+  prepend_mode: str = "none"  # T2T's inputs-prepended-to-targets modes (PREPEND_MODES)
 
   def __post_init__(self):
     _check_positive(self, ("hidden_size", "filter_size", "num_heads",
@@ -224,7 +227,8 @@ class HParams(_Fields):
     if self.optimizer.lower() not in OPTIMIZERS:
       raise ValueError("hparams.optimizer must be one of adam, multistep_adam, true_adam, "
                        f"lazy_adam, adafactor; got {self.optimizer!r}.")
-    _check_adafactor(self)
+    check_adafactor(self)
+    check_prepend_mode(self)
 
   # Derived values (T2T computes these inline as `x or hidden_size`).
   @property
@@ -473,31 +477,6 @@ def _check_positive(hp: HParams, names) -> None:
 def schedule_factors(schedule: str) -> List[str]:
   """The factor names of a `learning_rate_schedule` string, as T2T splits it."""
   return [name.strip() for name in schedule.split("*") if name.strip()]
-
-
-def _check_adafactor(hp: HParams) -> None:
-  """Refuses Adafactor settings T2T's `adafactor_optimizer_from_hparams` would not run."""
-  if hp.optimizer_adafactor_decay_type not in ADAFACTOR_DECAY_TYPES:
-    raise ValueError("hparams.optimizer_adafactor_decay_type must be 'pow' or 'adam', got "
-                     f"{hp.optimizer_adafactor_decay_type!r}.")
-  if not 0.0 <= hp.optimizer_adafactor_beta1 < 1.0:
-    raise ValueError("hparams.optimizer_adafactor_beta1 must be in [0, 1), got "
-                     f"{hp.optimizer_adafactor_beta1!r}.")
-  if not 0.0 < hp.optimizer_adafactor_beta2 < 1.0:
-    raise ValueError("hparams.optimizer_adafactor_beta2 must be in (0, 1), got "
-                     f"{hp.optimizer_adafactor_beta2!r}.")
-  if not 0.0 < hp.optimizer_adafactor_memory_exponent <= 1.0:
-    raise ValueError("hparams.optimizer_adafactor_memory_exponent must be in (0, 1], got "
-                     f"{hp.optimizer_adafactor_memory_exponent!r}.")
-  if not hp.optimizer_adafactor_clipping_threshold > 0.0:
-    raise ValueError("hparams.optimizer_adafactor_clipping_threshold must be > 0 (T2T: >= 1), "
-                     f"got {hp.optimizer_adafactor_clipping_threshold!r}.")
-  if hp.optimizer.lower() == "adafactor" and hp.optimizer_multistep_accumulate_steps > 1:
-    raise ValueError(
-        "hparams.optimizer=adafactor with optimizer_multistep_accumulate_steps="
-        f"{hp.optimizer_multistep_accumulate_steps}: T2T accumulates gradients only in "
-        "MultistepAdam (its Adafactor updates every batch); set "
-        "optimizer_multistep_accumulate_steps=0 or optimizer=multistep_adam.")
 
 
 def _check_learning_rate(hp: HParams) -> None:

@@ -293,13 +293,61 @@ def transformer_mlperf_tpu() -> HParams:
       filter_size=4096, num_heads=16, **_BROADCAST_DROPOUT)
 
 
+# T2T's prepend sets: a problem's inputs, a 0 and its targets are one target
+# sequence (T2T's encoder still reads the inputs too).
+
+
+@register
+def transformer_prepend_v2() -> HParams:
+  return transformer_base_v2().replace(prepend_mode="prepend_inputs_masked_attention",
+                                       max_length=0)
+
+
+@register
+def transformer_prepend_v1() -> HParams:
+  return transformer_base_v1().replace(prepend_mode="prepend_inputs_masked_attention",
+                                       max_length=0)
+
+
+@register
+def transformer_prepend() -> HParams:
+  return transformer_prepend_v2()
+
+
+# T2T's language-model sets (problems of targets only: `lm_model.TransformerLM`).
+
+
+@register
+def transformer_lm_tpu_0() -> HParams:
+  """T2T's set for languagemodel_lm1b8k on TPUs (92M parameters)."""
+  return _for_tpu(transformer_clean_big()).replace(
+      num_heads=4, batch_size=4096, shared_embedding_and_softmax_weights=False,
+      layer_prepostprocess_dropout=0.1)
+
+
+@register
+def transformer_lm_tpu_1() -> HParams:
+  """T2T's set for languagemodel_lm1b8k on TPUs (335M parameters)."""
+  return transformer_lm_tpu_0().replace(hidden_size=2048, filter_size=8192)
+
+
+@register
+def transformer_wikitext103_l4k_v0() -> HParams:
+  """T2T's set for languagemodel_wikitext103_l4k (4096-token examples), Adafactor."""
+  return transformer_big().replace(
+      optimizer="Adafactor", learning_rate_schedule="rsqrt_decay",
+      learning_rate_warmup_steps=10000, num_heads=4, max_length=4096, batch_size=4096,
+      shared_embedding_and_softmax_weights=False, num_hidden_layers=8, attention_dropout=0.1,
+      layer_prepostprocess_dropout=0.2, relu_dropout=0.1, label_smoothing=0.0,
+      symbol_modality_num_shards=1, **_BROADCAST_DROPOUT)
+
+
 # T2T's transformer.py sets not built here, refused by name: set -> why.
 _MOE = "mixture-of-experts / VQ-gated feed-forward layers (ffn_layer=local_moe) are not implemented"
 _TALL = ("language-model 'tall' pre-training and multi-problem mixing (multiproblem_*) are "
          "not implemented")
-_LM = "language models (targets only, no inputs) are not implemented"
 _AUDIO = "audio inputs are not implemented"
-_MEMORY = f"Transformer-XL memory (memory_type, split_targets_*) is not implemented; {_LM}"
+_MEMORY = "Transformer-XL memory (memory_type, split_targets_*) is not implemented"
 REFUSED_HPARAMS_SETS: Dict[str, str] = {
     **{name: _MOE for name in (
         "transformer_base_vq_ada_32ex_packed", "transformer_topk_16_packed",
@@ -315,18 +363,12 @@ REFUSED_HPARAMS_SETS: Dict[str, str] = {
         "transformer_tall_big")},
     **{name: "parameter attention (ffn_layer=parameter_attention) is not implemented"
        for name in ("transformer_parameter_attention_a", "transformer_parameter_attention_b")},
-    **{name: "prepend mode (inputs prepended to targets, prepend_mode) is not implemented"
-       for name in ("transformer_prepend_v2", "transformer_prepend_v1", "transformer_prepend")},
     **{name: "time-series inputs are not implemented"
        for name in ("transformer_timeseries", "transformer_timeseries_tpu")},
     "transformer_tpu_with_conv": ("convolutional feed-forward layers (ffn_layer=conv_relu_conv) "
                                   "are not implemented"),
-    **{name: f"a language-model set (T2T's languagemodel_lm1b8k): {_LM}"
-       for name in ("transformer_lm_tpu_0", "transformer_lm_tpu_1")},
-    "transformer_wikitext103_l4k_v0": f"a language-model set (T2T's "
-                                      f"languagemodel_wikitext103_l4k): {_LM}",
     **{name: ("a language-model set on packed examples (T2T's languagemodel_lm1b32k_packed): "
-              f"{_LM}, nor are packed datasets (several examples per row)")
+              "packed datasets (several examples per row) are not implemented")
        for name in ("transformer_ada_lmpackedbase", "transformer_ada_lmpackedbase_dialog",
                     "transformer_ada_lmpackedbase_relative")},
     **{name: _AUDIO for name in (

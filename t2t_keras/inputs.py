@@ -16,7 +16,8 @@ at least as many files as pipelines, else every n-th record of all files. One
 epoch over all pipelines then reads every example exactly once, whatever the seeds.
 
 Batches are dicts {"inputs": int64 [batch, length], "targets": int64 [batch, length]},
-0-padded to the longest example of the batch.
+0-padded to the longest example of the batch (a language model's "inputs" are
+`[batch, 0]`). With `prepend_mode` the targets are T2T's [inputs, 0, targets].
 """
 
 import logging
@@ -147,19 +148,28 @@ def _parse(serialized: tf.Tensor) -> Dict[str, tf.RaggedTensor]:
   return tf.io.parse_example(serialized, spec)
 
 
-def _kept_fn(hparams, min_length: int, max_length: int):
+def _kept_fn(hparams, min_length: int, max_length: int, mode: str = TRAIN):
   """fn(serialized [n]) -> (examples {"inputs", "targets": ragged [n, None]}, keep bool [n]).
 
-  Truncation is T2T's `preprocess_example_common` (max_input_seq_length /
-  max_target_seq_length when > 0); `keep` is min_length <= length <= max_length.
+  T2T's `preprocess_example_common`: inputs cut to max_input_seq_length (when
+  > 0); with `prepend_mode` (not in predict mode) the targets become
+  [inputs, 0, targets]; then targets cut to max_target_seq_length (when > 0).
+  `keep` is min_length <= length <= max_length. A record without "inputs" (a
+  language-model problem) has empty inputs.
   """
   max_in = int(getattr(hparams, "max_input_seq_length", 0) or 0)
   max_tgt = int(getattr(hparams, "max_target_seq_length", 0) or 0)
+  prepend = getattr(hparams, "prepend_mode", "none") != "none" and _MODES[mode] != PREDICT
 
   def fn(serialized):
     ex = _parse(serialized)
     if max_in > 0:
       ex["inputs"] = ex["inputs"][:, :max_in]
+    if prepend:
+      rows = ex["targets"].nrows()
+      separator = tf.RaggedTensor.from_tensor(tf.zeros(tf.stack([rows, tf.ones_like(rows)]),
+                                                       tf.int64), row_splits_dtype=rows.dtype)
+      ex["targets"] = tf.concat([ex["inputs"], separator, ex["targets"]], axis=1)
     if max_tgt > 0:
       ex["targets"] = ex["targets"][:, :max_tgt]
     length = tf.maximum(ex["inputs"].row_lengths(), ex["targets"].row_lengths())
@@ -169,9 +179,9 @@ def _kept_fn(hparams, min_length: int, max_length: int):
 
 
 def _parse_batch_fn(hparams, min_length: int, max_length: int,
-                    drop_counter: Optional[tf.Variable]):
+                    drop_counter: Optional[tf.Variable], mode: str = TRAIN):
   """Parses a batch of serialized examples, truncates and length-filters it, vectorized."""
-  kept = _kept_fn(hparams, min_length, max_length)
+  kept = _kept_fn(hparams, min_length, max_length, mode)
 
   def fn(serialized):
     ex, keep = kept(serialized)
@@ -202,7 +212,7 @@ def check_examples_kept(filepattern: str, hparams, mode: str) -> None:
     raise ValueError("mode must be one of %s, got %r" % (sorted(_MODES), mode))
   drop_long = _MODES[mode] == TRAIN or bool(getattr(hparams, "eval_drop_long_sequences", False))
   scheme = hparams_to_batching_scheme(hparams, drop_long)
-  kept = _kept_fn(hparams, scheme["min_length"], scheme["max_length"])
+  kept = _kept_fn(hparams, scheme["min_length"], scheme["max_length"], mode)
   count = tf.function(lambda serialized: (tf.size(serialized),
                                            tf.reduce_any(kept(serialized)[1])),
                       input_signature=[tf.TensorSpec([None], tf.string)])
@@ -335,7 +345,8 @@ def make_dataset(filepattern: str, hparams, mode: str, *, batch_size_multiplier:
 
   ds = _read_records(files, training, shuffle, repeat, seed, deterministic, num_shards,
                     shard_index)
-  parse = _parse_batch_fn(hparams, scheme["min_length"], scheme["max_length"], drop_counter)
+  parse = _parse_batch_fn(hparams, scheme["min_length"], scheme["max_length"], drop_counter,
+                          mode)
   ds = ds.batch(_PARSE_BATCH).map(parse, num_parallel_calls=tf.data.AUTOTUNE,
                                   deterministic=True).unbatch()
   # Unbatched ragged rows arrive as rank-0-ragged specs; make them plain tensors.

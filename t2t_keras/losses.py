@@ -8,7 +8,7 @@ T2T's loss of a step is sum(token losses) / sum(non-pad weights) over all GPUs.
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from typing import Optional, Tuple
 
 import tensorflow as tf
 
@@ -48,15 +48,48 @@ def smoothing_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
   return xent - smoothing_normalizer(vocab_size, label_smoothing)
 
 
-def padded_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
-                         label_smoothing: float) -> Tuple[tf.Tensor, tf.Tensor]:
-  """Sum of smoothed token losses and sum of weights, weights = (labels != 0).
+def weights_nonzero(labels: tf.Tensor) -> tf.Tensor:
+  """T2T's `weights_nonzero`: float32 1.0 at every label but PAD (0)."""
+  return tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+
+
+def weights_prepend_inputs_to_targets(labels: tf.Tensor) -> tf.Tensor:
+  """T2T's `weights_prepend_inputs_to_targets`: 1.0 at the non-PAD labels past
+  the first 0 of each row (the targets part of [inputs, 0, targets]).
+
+  Args:
+    labels: int `[batch, length]`.
+  Returns:
+    float32 `[batch, length]`.
+  """
+  past_first_zero = tf.cumsum(tf.cast(tf.equal(labels, PAD_ID), tf.float32), axis=1)
+  return tf.cast(tf.not_equal(past_first_zero * tf.cast(labels, tf.float32), 0.0), tf.float32)
+
+
+def target_weights(labels: tf.Tensor, prepend_mode: str, training: bool) -> tf.Tensor:
+  """The loss weights T2T's `T2TModel` takes for `labels` `[batch, length]`.
+
+  As T2T: with prepend_inputs_full_attention always, and with
+  prepend_inputs_masked_attention outside training, only the targets part
+  counts (`weights_prepend_inputs_to_targets`); else every non-PAD label.
+  """
+  if prepend_mode == "prepend_inputs_full_attention" or (
+      prepend_mode == "prepend_inputs_masked_attention" and not training):
+    return weights_prepend_inputs_to_targets(labels)
+  return weights_nonzero(labels)
+
+
+def padded_cross_entropy(logits: tf.Tensor, labels: tf.Tensor, label_smoothing: float,
+                         weights: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor]:
+  """Sum of smoothed token losses and sum of weights (default: labels != 0).
 
   Args:
     logits: `[batch, length, vocab]`; labels: `[batch, length]`, 0 = PAD.
+    weights: optional float32 `[batch, length]` (`target_weights`).
   Returns:
     (float32 scalar loss numerator, float32 scalar weight sum).
   """
-  weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+  if weights is None:
+    weights = weights_nonzero(labels)
   xent = smoothing_cross_entropy(logits, labels, label_smoothing)
   return tf.reduce_sum(xent * weights), tf.reduce_sum(weights)

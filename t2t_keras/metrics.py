@@ -3,12 +3,14 @@
 `metric_sums(logits, labels)` returns numerators and denominators; `finalize`
 divides them. Names follow T2T's summaries: accuracy, accuracy_top5,
 accuracy_per_sequence, neg_log_perplexity (and loss = its negation, the
-unsmoothed token-mean cross-entropy that T2T reports in evaluation).
+unsmoothed token-mean cross-entropy that T2T reports in evaluation), and
+perplexity = exp(loss), a language model's usual figure.
 """
 
 from __future__ import annotations
 
-from typing import Dict
+import math
+from typing import Dict, Optional
 
 import tensorflow as tf
 
@@ -17,17 +19,21 @@ from data_gen.text_encoder import PAD_ID
 SUM_KEYS = ("xent", "weights", "correct", "correct_top5", "sequences_correct", "sequences")
 
 
-def metric_sums(logits: tf.Tensor, labels: tf.Tensor) -> Dict[str, tf.Tensor]:
+def metric_sums(logits: tf.Tensor, labels: tf.Tensor,
+                weights: Optional[tf.Tensor] = None) -> Dict[str, tf.Tensor]:
   """Per-batch sums.
 
   Args:
     logits: float `[batch, length, vocab]`; labels: int `[batch, length]`, 0 = PAD.
+    weights: optional float32 `[batch, length]` of the positions that count
+      (default: labels != 0; prepend mode: the targets part, `losses.target_weights`).
   Returns:
     dict of float32 scalars keyed by SUM_KEYS.
   """
   logits = tf.cast(logits, tf.float32)
   labels = tf.cast(labels, tf.int32)
-  weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+  if weights is None:
+    weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
   xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
   correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
   _, top5 = tf.math.top_k(logits, k=min(5, logits.shape[-1]))
@@ -50,6 +56,9 @@ def finalize(sums: Dict[str, float]) -> Dict[str, float]:
   w = max(float(sums["weights"]), 1.0)
   n = max(float(sums["sequences"]), 1.0)
   nlp = -float(sums["xent"]) / w
-  return {"loss": -nlp, "neg_log_perplexity": nlp, "accuracy": float(sums["correct"]) / w,
+  # exp of the per-token loss; inf past float range (a model that has not learnt).
+  perplexity = math.exp(-nlp) if -nlp < 709.0 else math.inf
+  return {"loss": -nlp, "neg_log_perplexity": nlp, "perplexity": perplexity,
+          "accuracy": float(sums["correct"]) / w,
           "accuracy_top5": float(sums["correct_top5"]) / w,
           "accuracy_per_sequence": float(sums["sequences_correct"]) / n}

@@ -25,7 +25,9 @@ from data_gen.text_encoder import PAD_ID
 from t2t_keras.decoding_state import DecodingState, Memory
 from t2t_keras.hparams import HParams
 from t2t_keras.layers.attention import (attention_bias_ignore_padding,
-                                        attention_bias_lower_triangle, attention_bias_visible)
+                                        attention_bias_lower_triangle,
+                                        attention_bias_prepend_inputs_full_attention,
+                                        attention_bias_visible)
 from t2t_keras.layers.dropout import Dropout
 from t2t_keras.layers.embedding import PositionEmbedding, SymbolModality
 from t2t_keras.layers.initializers import get_variable_initializer
@@ -62,7 +64,9 @@ class Transformer(keras.Model):
 
   Call arguments:
     features: dict with "inputs" `[batch, input_length]` and "targets"
-      `[batch, target_length]` int ids, 0-padded.
+      `[batch, target_length]` int ids, 0-padded. With `hparams.prepend_mode`
+      the targets are T2T's [inputs, 0, targets] (`inputs.py` builds them) and
+      the encoder still reads the inputs, as T2T's Transformer did.
     training: Python bool.
     return_attention_scores: also return every attention weight.
 
@@ -70,6 +74,8 @@ class Transformer(keras.Model):
     float32 logits `[batch, target_length, target_vocab_size]`; with
     return_attention_scores a pair of them and `AttentionScores`.
   """
+
+  has_inputs = True  # `lm_model.TransformerLM` is the model of a problem without inputs
 
   def __init__(self, hparams: HParams, input_vocab_size: int,
                target_vocab_size: Optional[int] = None, target_space_id: int = 0, **kwargs):
@@ -172,7 +178,12 @@ class Transformer(keras.Model):
   def _decode(self, targets, encoder_output, encdec_bias, training):
     """`decode` and the decoder's per-layer (self, encoder-decoder) attention weights."""
     x = self.embed_targets(targets, training=training)
-    self_bias = attention_bias_lower_triangle(tf.shape(targets)[1])
+    if self.hparams.prepend_mode == "prepend_inputs_full_attention":
+      # T2T's `transformer_prepare_decoder`: from the padding of the unshifted targets.
+      self_bias = attention_bias_prepend_inputs_full_attention(
+          tf.cast(tf.equal(targets, PAD_ID), tf.float32))
+    else:
+      self_bias = attention_bias_lower_triangle(tf.shape(targets)[1])
     x, scores = self.decoder(x, encoder_output, self_bias, encdec_bias, training=training,
                              return_attention_scores=True)
     return tf.cast(self.softmax.logits(x), tf.float32), scores

@@ -62,10 +62,15 @@ MODEL_NAME = "transformer"  # the Keras name of the model: the first part of its
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-  """What the model needs to know of the problem."""
+  """What the model needs to know of the problem.
+
+  has_inputs: False for a problem of targets only (a language model), whose
+  model is `lm_model.TransformerLM`; run.json records it only then.
+  """
   input_vocab_size: int
   target_vocab_size: int
   target_space_id: int = 0
+  has_inputs: bool = True
 
 
 def build_model(hparams: HParams, spec: ModelSpec, dtype: Optional[str] = None,
@@ -76,6 +81,9 @@ def build_model(hparams: HParams, spec: ModelSpec, dtype: Optional[str] = None,
   Keras dtype policy name; None takes the global policy (`precision.py`).
   Decoding builds its bfloat16 twin this way (`perf.inference`).
   """
+  if not spec.has_inputs:
+    from t2t_keras.lm_model import build_language_model
+    return build_language_model(hparams, spec.target_vocab_size, dtype=dtype, name=name)
   from t2t_keras.model import Transformer  # Keras only when a model is built (the demo reads run.json)
   model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
                       spec.target_space_id, name=name, dtype=dtype)
@@ -118,7 +126,7 @@ def save_or_check_run_files(output_dir: str, hparams: HParams, problem_name: str
   """
   if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
     raise ValueError(f"output_dir {output_dir} is a file, not a directory.")
-  run = {PROBLEM_KEY: problem_name, **dataclasses.asdict(spec)}
+  run = _run_entries(problem_name, spec)
   hparams_path, run_path = _path(output_dir, HPARAMS_FILE), _path(output_dir, RUN_FILE)
   if tf.io.gfile.exists(hparams_path):
     _check_same_hparams(output_dir, _read_json(hparams_path), hparams, "--hparams_set/--hparams")
@@ -145,6 +153,15 @@ def save_or_check_run_files(output_dir: str, hparams: HParams, problem_name: str
                          **status})
 
 
+def _run_entries(problem_name: str, spec: ModelSpec) -> dict:
+  """run.json's identity entries; `has_inputs` only when False, so that the runs
+  of problems with inputs keep the run.json they always had."""
+  run = {PROBLEM_KEY: problem_name, **dataclasses.asdict(spec)}
+  if spec.has_inputs:
+    del run["has_inputs"]
+  return run
+
+
 def _check_same_hparams(output_dir: str, old: dict, new: HParams, given: str) -> None:
   """Refuses `new` (built from the flags `given`) unless it equals hparams.json's `old`.
 
@@ -152,7 +169,9 @@ def _check_same_hparams(output_dir: str, old: dict, new: HParams, given: str) ->
     ValueError: one line naming each differing hparam, the run's value and the new one.
   """
   new = new.to_dict()
-  diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+  # A field newer than the run's hparams.json did what its default does.
+  defaults = HParams().to_dict()
+  diff = sorted(k for k in set(old) | set(new) if old.get(k, defaults.get(k)) != new.get(k))
   if diff:
     details = ", ".join(f"{k}: {old.get(k)!r} in the run, {new.get(k)!r} given" for k in diff)
     raise ValueError(
@@ -388,6 +407,14 @@ def load_run_files(output_dir: str) -> Tuple[HParams, str, ModelSpec]:
     raise _damaged(output_dir, RUN_FILE, f"no valid {e}") from None
 
 
+def recorded_vocab_digests(output_dir: str) -> Dict[str, str]:
+  """{side: SHA-256} of the vocabularies run.json records ({} for an older run.json)."""
+  run = _parse_run_file(output_dir, RUN_FILE, json.loads)
+  entries = run.get(VOCAB_KEY) if isinstance(run, dict) else None
+  return {side: entry["sha256"] for entry in entries or [] if "sha256" in entry
+          for side in entry.get("features", [])}
+
+
 def _damaged(output_dir: str, name: str, detail: str) -> errors.RunError:
   return errors.RunError(
       f"{_path(output_dir, name)} is damaged ({detail}): restore it from a backup, or "
@@ -407,14 +434,6 @@ def _parse_run_file(output_dir: str, name: str, parse: Callable[[str], object]):
         f"No {name} in {output_dir}: give the --output_dir of a training run, or train a "
         f"model there first with t2t_keras_trainer --output_dir={output_dir} ...") from None
   try:
-def recorded_vocab_digests(output_dir: str) -> Dict[str, str]:
-  """{side: SHA-256} of the vocabularies run.json records ({} for an older run.json)."""
-  run = _parse_run_file(output_dir, RUN_FILE, json.loads)
-  entries = run.get(VOCAB_KEY) if isinstance(run, dict) else None
-  return {side: entry["sha256"] for entry in entries or [] if "sha256" in entry
-          for side in entry.get("features", [])}
-
-
     return parse(text)
   except (ValueError, TypeError, AttributeError, KeyError) as e:  # JSONDecodeError: ValueError
     raise _damaged(output_dir, name, " ".join(str(e).split()) or type(e).__name__) from None

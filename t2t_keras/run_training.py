@@ -109,11 +109,13 @@ def train_and_summarize(problem: Optional[str] = None, hparams_set: Optional[str
     prob.check_data_dir(data_dir)  # ValueError naming datagen if it did not finish
     encoders = prob.feature_encoders(data_dir)
     vocab = run_dir.check_vocab(output_dir, data_dir, log, prob, resuming=True)
+    has_inputs = getattr(prob, "has_inputs", True)
+    _check_language_model(prob.name, has_inputs, hp, bool(eval_bleu or decode_from_file))
     bleu_files = _bleu_files(prob, data_dir, eval_bleu, decode_from_file, decode_reference)
   except ValueError as e:
     raise errors.ConfigError(str(e)) from None
   spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
-                           prob.target_space_id)
+                           prob.target_space_id, has_inputs)
   chief = experiment._is_chief(strategy)  # pylint: disable=protected-access
   with _run_dir_lock(output_dir, schedule, chief, log):  # before anything is written
     trainer = training.Trainer(hp, spec, strategy, train_steps, jit_compile,
@@ -154,6 +156,22 @@ def train_and_summarize(problem: Optional[str] = None, hparams_set: Optional[str
   from t2t_keras.trained_run import TrainedRun
   return TrainedRun(output_dir, data_dir, prob, trainer.model,
                     tf.train.latest_checkpoint(output_dir), log), summary
+
+
+def _check_language_model(problem: str, has_inputs: bool, hp, bleu: bool) -> None:
+  """Refuses what a problem without inputs (a language model) cannot do.
+
+  Raises:
+    ValueError: prepend_mode (T2T prepends a problem's inputs) or BLEU in evaluation.
+  """
+  if has_inputs:
+    return
+  if hp.prepend_mode != "none":
+    raise ValueError(f"hparams.prepend_mode={hp.prepend_mode!r} prepends a problem's inputs "
+                     f"to its targets, and {problem} has no inputs; use prepend_mode=none.")
+  if bleu:
+    raise ValueError(f"--eval_bleu/--decode_from_file translate inputs, and {problem} (a "
+                     "language model) has none; its evaluation reports perplexity.")
 
 
 def _bleu_files(problem, data_dir: str, eval_bleu: bool, decode_from_file: Optional[str],

@@ -98,19 +98,24 @@ def body_variable_map(model) -> Dict[str, Any]:
   """T2T checkpoint name -> Keras variable, for every weight except the embeddings."""
   hp = model.hparams
   out: Dict[str, Any] = {}
-  if hp.use_target_space_embedding:
+  # A language model (`lm_model.TransformerLM`) has no encoder, encoder-decoder
+  # attention nor target-space embedding, as T2T's model without inputs.
+  has_inputs = getattr(model, "has_inputs", True)
+  if hp.use_target_space_embedding and has_inputs:
     out["transformer/body/target_space_embedding/kernel"] = \
         model.target_space_embedding.embeddings
   if hp.pos == "emb":
-    out["transformer/body/inputs_positional_embedding"] = model.inputs_position.embedding
+    if has_inputs:
+      out["transformer/body/inputs_positional_embedding"] = model.inputs_position.embedding
     out["transformer/body/targets_positional_embedding"] = model.targets_position.embedding
-  for stack_name, stack in (("encoder", model.encoder), ("decoder", model.decoder)):
+  stacks = (("encoder", model.encoder),) if has_inputs else ()
+  for stack_name, stack in stacks + (("decoder", model.decoder),):
     base = f"transformer/body/{stack_name}"
     for i, layer in enumerate(stack.layers_):
       scope = f"{base}/layer_{i}"
       out.update(_attention_names(f"{scope}/self_attention", layer.self_attention))
       out.update(_sublayer_names(f"{scope}/self_attention", layer.pre, layer.post, hp))
-      if stack_name == "decoder":
+      if stack_name == "decoder" and has_inputs:
         out.update(_attention_names(f"{scope}/encdec_attention", layer.encdec_attention))
         out.update(_sublayer_names(f"{scope}/encdec_attention", layer.encdec_pre,
                                    layer.encdec_post, hp))
@@ -126,6 +131,8 @@ def _modality_roles(model) -> Dict[str, Any]:
   hp = model.hparams
   if hp.shared_embedding_and_softmax_weights:
     return {"shared": model.softmax}
+  if not getattr(model, "has_inputs", True):
+    return {"target_emb": model.target_modality, "softmax": model.softmax}
   if hp.shared_embedding:
     return {"shared": model.input_modality, "softmax": model.softmax}
   return {"input_emb": model.input_modality, "target_emb": model.target_modality,

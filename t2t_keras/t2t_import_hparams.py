@@ -86,7 +86,6 @@ T2T_REQUIRED_VALUES: Dict[str, Tuple[Tuple[Any, ...], str]] = {
     "grad_noise_scale": ((0, 0.0), "gradient noise in training"),
     "scheduled_sampling_prob": ((0, 0.0), "scheduled sampling"),
     "symbol_modality_skip_top": ((False,), "a model without the softmax layer"),
-    "prepend_mode": (("none",), "inputs prepended to targets (language-model mode)"),
     "min_length": ((0,), "dropping short training examples"),
     "split_to_length": ((0,), "splitting targets into chunks"),
     "split_targets_chunk_length": ((0,), "splitting targets into chunks"),

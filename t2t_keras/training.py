@@ -121,7 +121,8 @@ class Trainer:
     differentiate a micro-batch's loss, sum / den, directly (T2T's loss), so
     its gradients need no rescaling pass afterwards.
     """
-    dens = tf.stack([tf.reduce_sum(tf.cast(b["targets"] != PAD_ID, tf.float32))
+    prepend = self.hparams.prepend_mode
+    dens = tf.stack([tf.reduce_sum(losses.target_weights(b["targets"], prepend, True))
                      for b in batches])
     dens = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, dens)
     return tf.maximum(dens, 1.0)
@@ -131,19 +132,22 @@ class Trainer:
     variables = self.model.trainable_variables
     with tf.GradientTape() as tape:
       logits = self.model(batch, training=True)
+      weights = losses.target_weights(batch["targets"], self.hparams.prepend_mode, True)
       num, _ = losses.padded_cross_entropy(logits, batch["targets"],
-                                           self.hparams.label_smoothing)
+                                           self.hparams.label_smoothing, weights)
       scaled = num / den
       if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
         scaled = self.optimizer.scale_loss(scaled)
     grads = tape.gradient(scaled, variables)
-    tokens = (tf.reduce_sum(tf.cast(batch["inputs"] != PAD_ID, tf.float32)) +
+    # A language model's batches hold no (or an empty) "inputs".
+    inputs = batch["inputs"] if self.spec.has_inputs else batch["targets"][:, :0]
+    tokens = (tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.float32)) +
               tf.reduce_sum(tf.cast(batch["targets"] != PAD_ID, tf.float32)))
     # [non-pad tokens, training FLOPs of the padded batch]: summed like the loss.
     shape = lambda x, i: tf.cast(tf.shape(x)[i], tf.float32)
     flops = flops_lib.training_flops(self.hparams, self.spec.target_vocab_size,
-                                     shape(batch["inputs"], 0), shape(batch["inputs"], 1),
-                                     shape(batch["targets"], 1))
+                                     shape(batch["targets"], 0), shape(inputs, 1),
+                                     shape(batch["targets"], 1), self.spec.has_inputs)
     return [tf.convert_to_tensor(g) for g in grads], num / den, tf.stack([tokens, flops])
 
   def _replica_reduce(self, grads, loss):
@@ -232,7 +236,8 @@ class Trainer:
   def _build_eval_fn(self):
     def replica_fn(batch):
       logits = self.model(batch, training=False)  # dropout off; loss unsmoothed
-      return metrics.metric_sums(logits, batch["targets"])
+      weights = losses.target_weights(batch["targets"], self.hparams.prepend_mode, False)
+      return metrics.metric_sums(logits, batch["targets"], weights)
 
     def eval_fn(batch):
       sums = self.strategy.run(replica_fn, args=(batch,))

@@ -1,7 +1,7 @@
 """T2T's transformer forward pass in NumPy, read straight from a T2T checkpoint.
 
 An independent expectation for the importer: it takes tensors by T2T's own
-variable names (`tf.train.load_checkpoint`) and T2T's hparams dict, and
+variable names (`tf.train.load_checkpoint`, or `from_tensors`) and T2T's hparams dict, and
 computes what T2T's `Transformer` computes in inference mode (dropout off),
 in float64:
 
@@ -57,9 +57,18 @@ class T2TNumpyTransformer:
 
   def __init__(self, checkpoint_path: str, hparams: Dict, target_space_id: int):
     reader = tf.train.load_checkpoint(checkpoint_path)
-    self.t = {name: reader.get_tensor(name).astype(np.float64)
-              for name in reader.get_variable_to_shape_map()
-              if name.startswith("transformer/")}
+    self._setup({name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+                 if name.startswith("transformer/")}, hparams, target_space_id)
+
+  @classmethod
+  def from_tensors(cls, tensors: Dict[str, np.ndarray], hparams: Dict, target_space_id: int = 0):
+    """The model of `tensors` named as in a T2T checkpoint (T2T's name -> array)."""
+    model = cls.__new__(cls)
+    model._setup(tensors, hparams, target_space_id)
+    return model
+
+  def _setup(self, tensors, hparams, target_space_id):
+    self.t = {name: np.asarray(value, np.float64) for name, value in tensors.items()}
     self.hp = dict(hparams)
     self.d = self.hp["hidden_size"]
     self.heads = self.hp["num_heads"]
@@ -74,7 +83,8 @@ class T2TNumpyTransformer:
       self.tables[role] = np.concatenate([parts[i] for i in range(len(parts))], axis=0)
     shared_all = self.hp.get("shared_embedding_and_softmax_weights")
     shared_emb = shared_all or self.hp.get("shared_embedding", False)
-    self.input_table = self.tables["shared" if shared_emb else "input_emb"]
+    # A model without inputs (T2T's language model) has no input embedding.
+    self.input_table = self.tables.get("shared" if shared_emb else "input_emb")
     self.target_table = self.tables["shared" if shared_emb else "target_emb"]
     self.softmax_table = self.tables["shared" if shared_all else "softmax"]
 
@@ -177,18 +187,24 @@ class T2TNumpyTransformer:
       x = self.sublayer(f"{scope}/ffn", x, lambda y, s=scope: self.ffn(f"{s}/ffn", y))
     return self.pre("transformer/body/encoder", x), bias
 
-  def decode(self, decoder_ids, encoder_output, bias):
-    """decoder_ids `[n, t]` (already shifted: 0 first) -> logits `[n, t, vocab]`."""
+  def decode(self, decoder_ids, encoder_output, bias, self_bias=None):
+    """decoder_ids `[n, t]` (already shifted: 0 first) -> logits `[n, t, vocab]`.
+
+    encoder_output None: T2T's model without inputs (no encoder-decoder
+    attention). self_bias: default the causal lower triangle.
+    """
     decoder_ids = np.asarray(decoder_ids)
     length = decoder_ids.shape[1]
     x = self.bottom(self.target_table, decoder_ids) + self.position_signal(length)
     causal = np.triu(np.full([length, length], NEG), 1)[None, None]
+    causal = causal if self_bias is None else self_bias
     for i in range(self._layers("decoder")):
       scope = f"transformer/body/decoder/layer_{i}"
       x = self.sublayer(f"{scope}/self_attention", x,
                         lambda y, s=scope: self.attention(f"{s}/self_attention", y, y, causal))
-      x = self.sublayer(f"{scope}/encdec_attention", x, lambda y, s=scope: self.attention(
-          f"{s}/encdec_attention", y, encoder_output, bias))
+      if encoder_output is not None:
+        x = self.sublayer(f"{scope}/encdec_attention", x, lambda y, s=scope: self.attention(
+            f"{s}/encdec_attention", y, encoder_output, bias))
       x = self.sublayer(f"{scope}/ffn", x, lambda y, s=scope: self.ffn(f"{s}/ffn", y))
     x = self.pre("transformer/body/decoder", x)
     return x @ self.softmax_table.T

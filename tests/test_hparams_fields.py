@@ -295,6 +295,9 @@ PROBES = {
         "eval_drop_long_sequences": ("batch_size=64,max_length=10", True, observe_batching),
         "max_input_seq_length": ("batch_size=64", 4, observe_batching),
         "max_target_seq_length": ("batch_size=64", 4, observe_batching),
+        # The targets become [inputs, 0, targets] (tests/test_prepend_mode.py: the
+        # attention bias and loss weights against T2T's in NumPy).
+        "prepend_mode": ("batch_size=64", "prepend_inputs_masked_attention", observe_batching),
     },
     DecodeHParams: {
         "beam_size": ("return_beams=true", 3, observe_decoding),

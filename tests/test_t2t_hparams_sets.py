@@ -95,8 +95,10 @@ def test_refusal_examples():
     hp_lib.create_hparams("transformer_librispeech")
   with pytest.raises(ValueError, match=r"^transformer_tpu_1b: bfloat16 weights "):
     hp_lib.create_hparams("transformer_tpu_1b")
-  with pytest.raises(ValueError, match=r"^transformer_lm_tpu_0: a language-model set "):
-    hp_lib.create_hparams("transformer_lm_tpu_0")
+  with pytest.raises(ValueError, match=r"^transformer_ada_lmpackedbase: a language-model set "
+                     r"on packed examples .*: packed datasets \(several examples per row\) "
+                     r"are not implemented\."):
+    hp_lib.create_hparams("transformer_ada_lmpackedbase")
   with pytest.raises(ValueError, match=r"^Unknown hparams_set 'transformer_nope'"):
     hp_lib.create_hparams("transformer_nope")
 

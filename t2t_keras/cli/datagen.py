@@ -6,10 +6,15 @@ r"""`t2t_keras_datagen`: T2T's `t2t-datagen` — vocab + sharded TFRecords for a
       --dev_source=dev.en --dev_target=dev.de --test_source=test.en \
       --test_target=test.de --source_lang=en --target_lang=de --vocab_size=8192
 
+  t2t_keras_datagen --problem=languagemodel_from_files --data_dir=~/my_lm \
+      --train_text=train.txt --dev_text=dev.txt --vocab_size=8192
+
 translate_from_files writes a test split (shards + text files) when given
 --test_source/--test_target (the decoder's --eval_use_test_set), and records
 --source_lang/--target_lang: with a target language Moses tokenizes (e.g. de)
-the decoder also prints the paper's tokenized BLEU.
+the decoder also prints the paper's tokenized BLEU. languagemodel_from_files
+(T2T's Text2SelfProblem) makes each non-empty line of --train_text/--dev_text
+[/--test_text] one example of targets only, for a language model.
 
 Running it again removes leftovers of a killed run, skips finished splits and
 reuses the vocab. `<problem>.manifest.json` remembers the vocab's SHA-256 and
@@ -64,7 +69,11 @@ _define("string", "dev_target", None, "translate_from_files: dev target text fil
 _define("string", "test_source", None, "translate_from_files: test source text file "
         "(optional, with --test_target: adds a test split, as T2T's WMT problems have).")
 _define("string", "test_target", None, "translate_from_files: test target text file.")
-_define("integer", "vocab_size", 2**15, "translate_from_files: approximate subword vocab size.")
+_define("string", "train_text", None, "languagemodel_from_files: training text file.")
+_define("string", "dev_text", None, "languagemodel_from_files: dev text file.")
+_define("string", "test_text", None, "languagemodel_from_files: test text file (optional).")
+_define("integer", "vocab_size", 2**15, "translate_from_files, languagemodel_from_files: "
+        "approximate subword vocab size.")
 _define("string", "source_lang", None, "translate_from_files: source language, e.g. en; names "
         "the dev/test text files (default: src).")
 _define("string", "target_lang", None, "translate_from_files: target language, e.g. de; names "
@@ -72,7 +81,8 @@ _define("string", "target_lang", None, "translate_from_files: target language, e
         "also print the paper's tokenized BLEU (default: tgt, which it does not).")
 
 _FILE_FLAGS = ("train_source", "train_target", "dev_source", "dev_target",
-               "test_source", "test_target")  # = generate.FILE_ARGS
+               "test_source", "test_target",
+               "train_text", "dev_text", "test_text")  # = generate.FILE_ARGS + LM_FILE_ARGS
 
 
 def _progress(stage: str, done: int, total) -> None:

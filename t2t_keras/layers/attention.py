@@ -52,6 +52,27 @@ def attention_bias_lower_triangle(length) -> tf.Tensor:
   return (large_compatible_negative(tf.float32) * (1.0 - band))[None, None]
 
 
+def attention_bias_prepend_inputs_full_attention(padding: tf.Tensor) -> tf.Tensor:
+  """T2T's self-attention bias of prepend_mode="prepend_inputs_full_attention".
+
+  Positions up to the first padding position (the inputs and the 0 that ends
+  them) form the inputs part; each later position is numbered 1, 2, ... (padding
+  positions counting on). A query sees every key whose number is not greater
+  than its own: the inputs part sees itself whole, targets see the inputs and
+  the targets before them.
+
+  Args:
+    padding: float `[batch, length]`, 1.0 where the (unshifted) target id is 0.
+  Returns:
+    float32 `[batch, 1, length, length]`: -1e9 where a query must not see a key.
+  """
+  padding = tf.cast(padding, tf.float32)
+  in_target = tf.cumsum(padding, axis=1, exclusive=True)
+  number = tf.cumsum(in_target, axis=1)  # [batch, length]
+  hidden = tf.greater(number[:, None, :], number[:, :, None])  # [batch, query, key]
+  return (tf.cast(hidden, tf.float32) * large_compatible_negative(tf.float32))[:, None]
+
+
 def split_heads(x: tf.Tensor, num_heads: int) -> tf.Tensor:
   """`[batch, length, depth]` -> `[batch, heads, length, depth / heads]`."""
   shape = tf.shape(x)

@@ -124,30 +124,42 @@ class EncoderLayer(HParamsLayer):
 class DecoderLayer(HParamsLayer):
   """One decoder layer: causal self-attention, encoder-decoder attention, FFN.
 
+  Args:
+    hparams: an `HParams`.
+    encdec: False for a model without inputs (a language model): no
+      encoder-decoder attention sublayer, as T2T's decoder layer skips it (and
+      creates no variables for it) when encoder_output is None.
+
   Call arguments:
     x: `[batch, length, hidden]`.
-    encoder_output: `[batch, input_length, hidden]`.
+    encoder_output: `[batch, input_length, hidden]` (None when not `encdec`).
     self_bias: `[1 or batch, 1, length, length]`; encdec_bias: `[batch, 1, 1, input_length]`.
     return_attention_scores: also return the attention weights.
   Returns:
     `[batch, length, hidden]`; with return_attention_scores a pair of it and
     (self-attention weights `[batch, heads, length, length]`, encoder-decoder
-    weights `[batch, heads, length, input_length]`).
+    weights `[batch, heads, length, input_length]`, None when not `encdec`).
 
   `step` is the same layer for one incremental decoding step.
   """
+
+  def __init__(self, hparams: HParams, encdec: bool = True, **kwargs):
+    super().__init__(hparams, **kwargs)
+    self.encdec = encdec
 
   def build(self, input_shape):
     hp = self.hparams
     self.self_attention = _attention(hp, "self_attention", self.dtype_policy)
     self.self_attention.build(input_shape)
-    self.encdec_attention = _attention(hp, "encdec_attention", self.dtype_policy)
-    self.encdec_attention.build(input_shape, input_shape)
+    if self.encdec:
+      self.encdec_attention = _attention(hp, "encdec_attention", self.dtype_policy)
+      self.encdec_attention.build(input_shape, input_shape)
     self.ffn = _ffn(hp, self.dtype_policy)
     self.ffn.build(input_shape)
     self.pre, self.post = _prepost_pair(hp, "self_attention", self.dtype_policy, input_shape)
-    self.encdec_pre, self.encdec_post = _prepost_pair(hp, "encdec_attention",
-                                                      self.dtype_policy, input_shape)
+    if self.encdec:
+      self.encdec_pre, self.encdec_post = _prepost_pair(hp, "encdec_attention",
+                                                        self.dtype_policy, input_shape)
     self.ffn_pre, self.ffn_post = _prepost_pair(hp, "ffn", self.dtype_policy, input_shape)
 
   def call(self, x, encoder_output, self_bias, encdec_bias, training=None,
@@ -155,11 +167,19 @@ class DecoderLayer(HParamsLayer):
     y, self_scores = self.self_attention(self.pre(None, x, training=training), bias=self_bias,
                                          training=training, return_attention_scores=True)
     x = self.post(x, y, training=training)
-    y, encdec_scores = self.encdec_attention(
-        self.encdec_pre(None, x, training=training), encoder_output, bias=encdec_bias,
-        training=training, return_attention_scores=True)
-    x = _feed_forward(self, self.encdec_post(x, y, training=training), training)
+    encdec_scores = None
+    if self.encdec:
+      y, encdec_scores = self.encdec_attention(
+          self.encdec_pre(None, x, training=training), encoder_output, bias=encdec_bias,
+          training=training, return_attention_scores=True)
+      x = self.encdec_post(x, y, training=training)
+    x = _feed_forward(self, x, training)
     return (x, (self_scores, encdec_scores)) if return_attention_scores else x
+
+  def get_config(self):
+    config = super().get_config()
+    config["encdec"] = self.encdec
+    return config
 
   def step(self, x, self_bias, encdec_bias, memory: KeyValue, buffers: KeyValue,
            index) -> Tuple[tf.Tensor, KeyValue]:
@@ -169,7 +189,8 @@ class DecoderLayer(HParamsLayer):
       x: `[rows, 1, hidden]`, the step's input of each hypothesis.
       self_bias: what each row's self-attention sees (`DecodingState.begin_step`).
       encdec_bias: `[items, 1, 1, input_length]`.
-      memory: this layer's encoder-decoder keys and values, `items` rows.
+      memory: this layer's encoder-decoder keys and values, `items` rows (None
+        when not `encdec`).
       buffers: this layer's self-attention buffers (see `attend_step`).
       index: scalar int32 step.
 
@@ -179,9 +200,11 @@ class DecoderLayer(HParamsLayer):
     y, buffers = self.self_attention.attend_step(self.pre(None, x, training=False), buffers,
                                                  index, self_bias)
     x = self.post(x, y, training=False)
-    y = self.encdec_attention.attend(self.encdec_pre(None, x, training=False), memory,
-                                     encdec_bias)
-    return _feed_forward(self, self.encdec_post(x, y, training=False), False), buffers
+    if self.encdec:
+      y = self.encdec_attention.attend(self.encdec_pre(None, x, training=False), memory,
+                                       encdec_bias)
+      x = self.encdec_post(x, y, training=False)
+    return _feed_forward(self, x, False), buffers
 
 
 class _Stack(HParamsLayer):
@@ -192,11 +215,15 @@ class _Stack(HParamsLayer):
   def num_layers(self) -> int:
     raise NotImplementedError
 
+  def _layer_kwargs(self):
+    return {}
+
   def build(self, input_shape):
     hp = self.hparams
     # One attribute per layer: TF checkpoints do not follow Keras' list wrappers.
     for i in range(self.num_layers()):
-      layer = self.layer_class(hp, name=f"layer_{i}", dtype=self.dtype_policy)
+      layer = self.layer_class(hp, name=f"layer_{i}", dtype=self.dtype_policy,
+                               **self._layer_kwargs())
       layer.build(input_shape)
       setattr(self, f"layer_{i}", layer)
     self.final = LayerPrepostprocess(hp.layer_preprocess_sequence, 0.0, hp.norm_epsilon,
@@ -232,6 +259,10 @@ class TransformerEncoder(_Stack):
 class TransformerDecoder(_Stack):
   """`decoder_layers` DecoderLayers and the final preprocess.
 
+  Args:
+    hparams: an `HParams`.
+    encdec: False for a decoder without encoder-decoder attention (see DecoderLayer).
+
   Call arguments: as DecoderLayer.
   Returns: `[batch, length, hidden]`; with return_attention_scores a pair of it
     and the list of each layer's (self, encoder-decoder) weights.
@@ -241,8 +272,20 @@ class TransformerDecoder(_Stack):
 
   layer_class = DecoderLayer
 
+  def __init__(self, hparams: HParams, encdec: bool = True, **kwargs):
+    super().__init__(hparams, **kwargs)
+    self.encdec = encdec
+
   def num_layers(self) -> int:
     return self.hparams.decoder_layers
+
+  def _layer_kwargs(self):
+    return {"encdec": self.encdec}
+
+  def get_config(self):
+    config = super().get_config()
+    config["encdec"] = self.encdec
+    return config
 
   def call(self, x, encoder_output, self_bias, encdec_bias, training=None,
            return_attention_scores=False):
@@ -263,12 +306,17 @@ class TransformerDecoder(_Stack):
            index) -> Tuple[tf.Tensor, Tuple[KeyValue, ...]]:
     """One incremental decoding step of the stack (see `DecoderLayer.step`).
 
+    `memory` is None for a decoder without encoder-decoder attention.
+
     Returns:
       (`[rows, 1, hidden]`, every layer's buffers with this step written).
     """
     written = []
-    for layer, keys_values, layer_buffers in zip(self.layers_, memory.layers, buffers):
-      x, layer_buffers = layer.step(x, self_bias, memory.bias, keys_values, layer_buffers,
+    layers = self.layers_
+    memory_layers = memory.layers if self.encdec else (None,) * len(layers)
+    bias = memory.bias if self.encdec else None
+    for layer, keys_values, layer_buffers in zip(layers, memory_layers, buffers):
+      x, layer_buffers = layer.step(x, self_bias, bias, keys_values, layer_buffers,
                                     index)
       written.append(layer_buffers)
     return self.final(None, x, training=False), tuple(written)
