@@ -20,6 +20,7 @@ from typing import Optional, Tuple
 import keras
 import tensorflow as tf
 
+from t2t_keras import errors
 from t2t_keras.decoding_state import DecodingState, KeyValue
 from t2t_keras.hparams import HParams
 from t2t_keras.layers.attention import attention_bias_lower_triangle, attention_bias_visible
@@ -98,6 +99,13 @@ class TransformerLM(keras.Model):
     if not return_attention_scores:
       return logits
     return logits, AttentionScores(encoder=[], decoder=[s for s, _ in scores], encdec=[])
+
+  def encode(self, inputs, training=None):
+    """Refuses: what translates inputs (t2t_keras_decoder, the exporter) gets a clear error."""
+    del inputs, training
+    raise errors.ConfigError(
+        "this run is a language model (its problem has no inputs): there is nothing to "
+        "translate; score and sample text with t2t_keras.lm_decoding (docs/language_models.md).")
 
   # -- Incremental decoding --------------------------------------------------
 

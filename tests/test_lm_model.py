@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_keras import run_dir, t2t_import
+from t2t_keras import errors, run_dir, t2t_import
 from t2t_keras.hparams import create_hparams
 from t2t_keras.lm_model import TransformerLM
 from t2t_keras.run_dir import ModelSpec
@@ -113,3 +113,6 @@ def test_lm_refuses_prepend_mode_and_round_trips_its_config():
   assert [v.shape for v in clone.trainable_variables] == [
       v.shape for v in model.trainable_variables]
   assert clone.hparams == model.hparams and clone.target_vocab_size == VOCAB
+  # What translates inputs (the decoder, the exporter) is told why it cannot.
+  with pytest.raises(errors.ConfigError, match="this run is a language model"):
+    model.encode(tf.constant([[3, 1]]))

@@ -209,6 +209,16 @@ def test_t2t_activation_dtype_imports_as_mixed_precision():
     hparams_from_t2t(dict(values, weight_dtype="bfloat16"))
 
 
+def test_t2t_prepend_mode_imports_and_a_mode_t2t_lacks_is_refused():
+  with open(os.path.join(DATA, "t2t_transformer_test_ckpt", "hparams.json")) as f:
+    values = json.load(f)
+  for mode in ("prepend_inputs_masked_attention", "prepend_inputs_full_attention"):
+    assert hparams_from_t2t(dict(values, prepend_mode=mode)).prepend_mode == mode
+  with pytest.raises(ValueError, match="prepend_mode must be one of none, "
+                     "prepend_inputs_masked_attention, prepend_inputs_full_attention"):
+    hparams_from_t2t(dict(values, prepend_mode="prepend_everything"))
+
+
 def _trainer_args(tmp_path, hparams_set, *flags):
   return ["--problem=translate_from_files", f"--data_dir={tmp_path}",
           f"--output_dir={tmp_path / 'out'}", f"--hparams_set={hparams_set}",
