@@ -85,7 +85,8 @@ class TransformerLM(keras.Model):
     self.built = True
 
   def embed_targets(self, targets, training=None) -> tf.Tensor:
-    """targets `[batch, length]` -> shifted-right embeddings + positions `[batch, length, hidden]`."""
+    """targets `[batch, length]` -> shifted-right embeddings + positions, dropout:
+    `[batch, length, hidden]`."""
     x = shift_right_3d(self.target_modality.embed(tf.cast(targets, tf.int32)))
     return self.target_dropout(self.targets_position(x), training=training)
 
