@@ -43,6 +43,7 @@ DEFAULT_FILE_BATCH_SIZE = 32  # T2T: decode_hparams.batch_size=0 means 32 from a
 OUTPUT_BREAKS = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x85\u2028\u2029"
 _BREAKS_TABLE = {ord(c): " " for c in OUTPUT_BREAKS}
 MAX_LINES_NAMED = 20  # line numbers a truncation warning names
+ALIGNMENT_SEPARATOR = " ||| "  # text ||| alignments, as OpenNMT-tf and fairseq write them
 
 
 def input_cap(decode_hp: DecodeHParams) -> Optional[int]:
@@ -74,9 +75,13 @@ class LineDecoder:
   """
 
   supports_prefix = False  # whether `decode_lines` takes forced target prefixes
+  supports_alignments = False  # whether decode hparam return_alignments works here
 
   def __init__(self, encoders: Dict, decode_hp: DecodeHParams,
                log: Callable[[str], None] = print):
+    if decode_hp.return_alignments and not self.supports_alignments:
+      raise ValueError(f"decode_hparams.return_alignments: {type(self).__name__} gives no "
+                       "alignments; decode with the TensorFlow engine.")
     self.encoders = encoders
     self.decode_hp = decode_hp
     self.log = log
@@ -105,19 +110,20 @@ class LineDecoder:
       length = inference.xla_length(length)  # few distinct shapes -> few XLA compilations
     return np.array([r + [PAD_ID] * (length - len(r)) for r in rows], np.int32)
 
-  def _format(self, ids, scores) -> str:
-    """One output line: the top ids, or with return_beams every beam's (and score)."""
-    def decode(row):
+  def _format(self, ids, scores, aligned=None) -> str:
+    """One output line: the top ids, or with return_beams every beam's (and score);
+    with `aligned` (per hypothesis its Pharaoh string) each text + " ||| " + it."""
+    def decode(row, alignment=None):
       text = self.encoders["targets"].decode(decoding.strip_ids(row))
       clean = clean_output(text)
       self.cleaned += clean != text
-      return clean
+      return clean if alignment is None else f"{clean}{ALIGNMENT_SEPARATOR}{alignment}"
 
     if not self.decode_hp.return_beams:
-      return decode(ids)
+      return decode(ids, aligned)
     parts = []
-    for beam, score in zip(ids, scores):
-      parts.append(decode(beam))
+    for b, (beam, score) in enumerate(zip(ids, scores)):
+      parts.append(decode(beam, None if aligned is None else aligned[b]))
       if self.decode_hp.write_beam_scores:
         parts.append(f"{score:.2f}")
     return "\t".join(parts)
@@ -139,6 +145,10 @@ class LineDecoder:
 
   def _score_batch(self, sources: List[List[int]], targets: List[List[int]]) -> List[float]:
     """log P(target | source) of each encoded pair (EOS included in both)."""
+    raise NotImplementedError
+
+  def _align(self, rows: List[List[int]], ids) -> List:
+    """Per row its hypotheses' Pharaoh alignments (a string, or a list per beam)."""
     raise NotImplementedError
 
   def decode_lines(self, lines: Sequence[str], progress_every_secs: float = 10.0,
@@ -187,8 +197,10 @@ class LineDecoder:
         ids, scores = self._decode_batch(rows)
       else:
         ids, scores = self._decode_batch(rows, [forced[i] for i in batch])
+      aligned = self._align(rows, ids) if self.decode_hp.return_alignments else None
       for row, index in enumerate(batch):
-        outputs[index] = self._format(ids[row], scores[row])
+        outputs[index] = self._format(ids[row], scores[row],
+                                      None if aligned is None else aligned[row])
         if self.decode_hp.log_results:  # T2T's log_decode_results.
           self.log(f"Inference results INPUT: {lines[index]}")
           self.log(f"Inference results OUTPUT: {outputs[index]}")
@@ -228,12 +240,21 @@ class TextDecoder(LineDecoder):
   """
 
   supports_prefix = True
+  supports_alignments = True
 
   def __init__(self, model: Transformer, encoders: Dict, decode_hp: DecodeHParams,
                use_cache: bool = True, jit_compile: Optional[bool] = None,
                log: Callable[[str], None] = print):
     super().__init__(encoders, decode_hp, log)
     self.model = model
+    if decode_hp.return_alignments:  # a layer or head the model lacks: before decoding
+      from t2t_keras import alignments, ensemble
+      for member in ensemble.members(model):
+        try:
+          alignments._check_selection(member.hparams.decoder_layers, member.hparams.num_heads,
+                                      decode_hp.alignment_layer, decode_hp.alignment_heads)
+        except ValueError as e:
+          raise ValueError(f"decode_hparams.alignment_layer/alignment_heads: {e}") from None
     self.jit_compile = jit_compile
     self.use_cache = use_cache
     self._decode_fns = {}  # (jit_compile, with_prefix) -> fn, kept across calls (XLA keeps its compilations)
@@ -272,6 +293,19 @@ class TextDecoder(LineDecoder):
       prefix = tf.constant(self._pad([p or [PAD_ID] for p in prefixes], self._jit))
       ids, scores = self.decode_fn(self._jit, with_prefix=True)(inputs, prefix)
     return ids.numpy(), scores.numpy()
+
+  def _align(self, rows, ids):
+    from t2t_keras import alignments
+    hp = self.decode_hp
+    if not hp.return_beams:
+      return alignments.alignments(self.model, self.encoders, rows, list(ids),
+                                   hp.alignment_layer, hp.alignment_heads, hp.alignment_level)
+    beams = ids.shape[1]
+    flat = alignments.alignments(self.model, self.encoders,
+                                 [r for r in rows for _ in range(beams)],
+                                 [beam for row in ids for beam in row], hp.alignment_layer,
+                                 hp.alignment_heads, hp.alignment_level)
+    return [flat[i * beams:(i + 1) * beams] for i in range(len(rows))]
 
   def _score_batch(self, sources, targets):
     return self.score_fn(tf.constant(self._pad(sources)), tf.constant(self._pad(targets)))

@@ -307,6 +307,11 @@ class DecodeHParams(_Fields):
   sampling_method: str = "argmax"  # or "random"
   sampling_temp: float = 1.0  # Softmax temperature of "random"; 0: argmax.
   sampling_keep_top_k: int = -1  # "random" draws among the k most likely ids; -1: all.
+  # Not T2T's: source-target alignments after each hypothesis (`alignments.py`).
+  return_alignments: bool = False  # "text ||| 0-0 1-2 ..." (Pharaoh) per hypothesis.
+  alignment_level: str = "word"  # or "subword": indices of words or of subword ids.
+  alignment_layer: int = -1  # decoder layer whose encoder-decoder attention is read.
+  alignment_heads: int = 0  # average of its first k heads; 0: all.
 
   def __post_init__(self):
     for name, supported, why in _REFUSED_DECODE_HPARAMS:
@@ -330,6 +335,10 @@ class DecodeHParams(_Fields):
         raise ValueError(f"decode_hparams.{name} must be >= {lowest}, got {value}.")
     _check_sampling("decode_hparams", self.sampling_method, self.sampling_temp,
                     self.sampling_keep_top_k)
+    if self.alignment_level not in ("word", "subword") or self.alignment_heads < 0:
+      raise ValueError("decode_hparams.alignment_level must be 'word' or 'subword' and "
+                       "alignment_heads >= 0 (0: all heads), got "
+                       f"{self.alignment_level!r} and {self.alignment_heads}.")
 
 
 def _check_sampling(owner: str, method: str, temp: float, keep_top_k: int) -> None:

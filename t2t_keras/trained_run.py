@@ -64,7 +64,11 @@ def open_run(path: Union[str, Sequence[str]], checkpoint: Optional[str] = None,
   from data_gen import registry
   from t2t_keras import run_dir
   from t2t_keras.errors import RunError
-  _, problem_name, _ = run_dir.load_run_files(path)
+  _, problem_name, spec = run_dir.load_run_files(path)
+  if not spec.has_inputs:
+    raise RunError(f"{path} is a language model ({problem_name}: targets only, no inputs to "
+                   "translate); score and sample it with t2t_keras.lm_decoding "
+                   "(docs/language_models.md).")
   data_dir = data_dir or run_dir.recorded_data_dir(path)
   try:
     problem = registry.problem(problem_name, data_dir or path)
@@ -279,6 +283,9 @@ class TrainedRun:
     export_dir = export_dir or self.run_dir.export_dir
     check_export_dir(export_dir)
     decode_hp = self.decode_hparams(decode_hparams, **values)
+    if decode_hp.return_alignments:
+      raise ValueError("decode_hparams.return_alignments: the SavedModel returns outputs and "
+                       "scores only; get alignments from translate() or t2t_keras_decoder.")
     return export.export_saved_model(self.model, self.hparams, decode_hp, self.vocab_files,
                                      export_dir, encoders=self.encoders)
 

@@ -85,6 +85,11 @@ ALLOW_LIST = {
         # The decoder CLI keeps the first N dataset examples (test below).
         "num_samples": ("t2t_keras/cli/decoder.py", "decode_hp.num_samples",
                         "tests/test_hparams_fields.py", "read by the decoder CLI only"),
+        # The random model here attends uniformly: a model whose attention is set by
+        # hand shows what each changes (tests/test_alignment_output.py).
+        **{name: ("t2t_keras/decode_text.py", f"hp.{name}", "tests/test_alignment_output.py",
+                  "needs attention that differs between layers, heads and subwords")
+           for name in ("alignment_level", "alignment_layer", "alignment_heads")},
     },
 }
 
@@ -313,6 +318,7 @@ PROBES = {
         "sampling_method": ("", "random", observe_decoding),
         "sampling_temp": ("sampling_method=random", 0.3, observe_decoding),
         "sampling_keep_top_k": ("sampling_method=random", 2, observe_decoding),
+        "return_alignments": ("", True, observe_decoding),
     },
 }
 

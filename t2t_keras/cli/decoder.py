@@ -73,6 +73,9 @@ def main(argv):
     decode_hp = create_decode_hparams(FLAGS.decode_hparams, FLAGS.hparams)
   except ValueError as e:
     raise app.UsageError(f"--decode_hparams / --hparams: {e}") from None
+  if decode_hp.return_alignments and FLAGS.engine != "tensorflow":
+    raise app.UsageError("--decode_hparams=return_alignments=true needs --engine=tensorflow "
+                         "(the alignments come from its encoder-decoder attention).")
   if decode_hp.num_samples > 0 and FLAGS.decode_from_file:
     raise app.UsageError("--decode_hparams=num_samples applies to decoding the dataset "
                          "(without --decode_from_file); a file gets one output per line.")

@@ -47,6 +47,9 @@ def main(argv):
     decode_hp = create_decode_hparams(FLAGS.decode_hparams, FLAGS.hparams)
   except ValueError as e:
     raise app.UsageError(f"--decode_hparams / --hparams: {e}") from None
+  if decode_hp.return_alignments:
+    raise app.UsageError("--decode_hparams=return_alignments: an export returns outputs and "
+                         "scores only; t2t_keras_decoder writes alignments.")
   if FLAGS.export_format == "ctranslate2":
     _export_ctranslate2()
     return
