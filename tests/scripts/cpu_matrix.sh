@@ -43,7 +43,9 @@ else
          tests/test_beam_search.py tests/test_relative_attention.py
          tests/test_mixed_precision_training.py tests/test_training.py
          tests/test_ctranslate2.py tests/test_faults_divergence.py tests/test_export.py
-         tests/test_t2t_import.py tests/test_near_ties.py tests/test_keras_saving.py)
+         tests/test_t2t_import.py tests/test_near_ties.py tests/test_keras_saving.py
+         tests/test_ensemble.py tests/test_forced_prefix.py tests/test_alignment_output.py
+         tests/test_alignments.py tests/test_lm_model.py tests/test_prepend_mode.py)
 fi
 # The QEMU row: these files, and every other bfloat16 or float16 test of the matrix's files.
 QEMU_TESTS=${CPU_MATRIX_QEMU_TESTS:-"tests/test_dense.py tests/test_layer_norm.py tests/test_mixed_precision_training.py"}
