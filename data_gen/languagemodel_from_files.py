@@ -13,15 +13,14 @@ the same problem back. The dev and test text files are
 `languagemodel_from_files.<split>.txt`.
 """
 
-import json
 import os
 from typing import Any, Dict, Iterator, Optional
 
 from data_gen import file_io
-from data_gen.problem import DatasetSplit, Text2TextProblem
+from data_gen.problem import DatasetSplit
+from data_gen.problem_from_files import ProblemFromFiles
 from data_gen.registry import register_problem
 
-CONFIG_FILENAME = "languagemodel_from_files.config.json"
 FILE_ARGS = ("train_text", "dev_text", "test_text")
 
 
@@ -43,8 +42,10 @@ def read_text_lines(path: str, name: str) -> Iterator[str]:
 
 
 @register_problem
-class LanguagemodelFromFiles(Text2TextProblem):
+class LanguagemodelFromFiles(ProblemFromFiles):
   """Text files -> subword vocab + T2T shards of "targets" only (train 100, dev 1 [, test 1])."""
+
+  file_args = FILE_ARGS
 
   has_inputs = False
   target_lang = "txt"  # names the dev/test text files
@@ -59,19 +60,9 @@ class LanguagemodelFromFiles(Text2TextProblem):
 
   def config(self) -> Dict[str, Any]:
     """JSON-serialisable constructor arguments (file paths made absolute)."""
-    cfg = {k: (os.path.abspath(getattr(self, k)) if getattr(self, k) else None)
-           for k in FILE_ARGS}
+    cfg = self.file_config()
     cfg["vocab_size"] = self.approx_vocab_size
     return cfg
-
-  @classmethod
-  def restore(cls, data_dir: Optional[str]) -> "LanguagemodelFromFiles":
-    """The problem as configured when data_dir was generated (unconfigured if none saved)."""
-    path = os.path.join(data_dir, CONFIG_FILENAME) if data_dir else None
-    if not path or not os.path.exists(path):
-      return cls()
-    with open(path, encoding="utf-8") as f:
-      return cls(**json.load(f))
 
   def _check_configured(self) -> None:
     missing = [k for k in FILE_ARGS[:2] if not getattr(self, k)]
@@ -90,26 +81,3 @@ class LanguagemodelFromFiles(Text2TextProblem):
            DatasetSplit.TEST: "test_text"}[split]
     for line in read_text_lines(getattr(self, key), key):
       yield {"targets": line}
-
-  def generate_data(self, data_dir: str, tmp_dir: str, **kwargs) -> Dict[str, Any]:
-    """Validates the files, saves the config to data_dir, then generates as usual.
-
-    Raises:
-      ValueError: if data_dir already holds data generated from a different config.
-    """
-    self._check_configured()
-    os.makedirs(data_dir, exist_ok=True)
-    path = os.path.join(data_dir, CONFIG_FILENAME)
-    config = self.config()
-    if os.path.exists(path):
-      with open(path, encoding="utf-8") as f:
-        saved = json.load(f)
-      if saved != config:
-        raise ValueError("data_dir %r already holds languagemodel_from_files data made from "
-                         "%r, not %r; use another data_dir or delete it"
-                         % (data_dir, saved, config))
-    result = super().generate_data(data_dir, tmp_dir, **kwargs)
-    # Saved only after success, so a failed run can be retried with other files.
-    if not os.path.exists(path):
-      file_io.write_lines(path, [json.dumps(config, indent=1, sort_keys=True)])
-    return result

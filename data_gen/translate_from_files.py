@@ -12,25 +12,25 @@ paper's tokenized BLEU (a language Moses tokenizes, e.g. "de").
 The dev and test text files are `translate_from_files.<split>.<lang>`.
 """
 
-import json
 import os
 import re
 from typing import Any, Dict, Iterator, Optional
 
-from data_gen import file_io
 from data_gen import generator_utils
-from data_gen.problem import DatasetSplit, Text2TextProblem
+from data_gen.problem import DatasetSplit
+from data_gen.problem_from_files import ProblemFromFiles
 from data_gen.registry import register_problem
 
-CONFIG_FILENAME = "translate_from_files.config.json"
 _FILE_ARGS = ("train_source", "train_target", "dev_source", "dev_target",
               "test_source", "test_target")
 _LANG = re.compile(r"[A-Za-z0-9_-]+\Z")  # part of the text files' names
 
 
 @register_problem
-class TranslateFromFiles(Text2TextProblem):
+class TranslateFromFiles(ProblemFromFiles):
   """Parallel text files → shared subword vocab + T2T shards (train 100, dev 1 [, test 1])."""
+
+  file_args = _FILE_ARGS
 
   def __init__(self, train_source: Optional[str] = None, train_target: Optional[str] = None,
                dev_source: Optional[str] = None, dev_target: Optional[str] = None,
@@ -58,20 +58,10 @@ class TranslateFromFiles(Text2TextProblem):
 
   def config(self) -> Dict[str, Any]:
     """JSON-serialisable constructor arguments (file paths made absolute)."""
-    cfg = {k: (os.path.abspath(getattr(self, k)) if getattr(self, k) else None)
-           for k in _FILE_ARGS}
+    cfg = self.file_config()
     cfg.update(vocab_size=self.approx_vocab_size, source_lang=self.source_lang,
                target_lang=self.target_lang)
     return cfg
-
-  @classmethod
-  def restore(cls, data_dir: Optional[str]) -> "TranslateFromFiles":
-    """The problem as configured when data_dir was generated (unconfigured if none saved)."""
-    path = os.path.join(data_dir, CONFIG_FILENAME) if data_dir else None
-    if not path or not os.path.exists(path):
-      return cls()
-    with open(path, encoding="utf-8") as f:
-      return cls(**json.load(f))
 
   def _check_configured(self) -> None:
     missing = [k for k in _FILE_ARGS[:4] if not getattr(self, k)]
@@ -95,25 +85,3 @@ class TranslateFromFiles(Text2TextProblem):
     source, target, names = self._files(split)
     for src, tgt in generator_utils.read_parallel_lines(source, target, names):
       yield {"inputs": src, "targets": tgt}
-
-  def generate_data(self, data_dir: str, tmp_dir: str, **kwargs) -> Dict[str, Any]:
-    """Validates the files, saves the config to data_dir, then generates as usual.
-
-    Raises:
-      ValueError: if data_dir already holds data generated from a different config.
-    """
-    self._check_configured()
-    os.makedirs(data_dir, exist_ok=True)
-    path = os.path.join(data_dir, CONFIG_FILENAME)
-    config = self.config()
-    if os.path.exists(path):
-      with open(path, encoding="utf-8") as f:
-        saved = json.load(f)
-      if saved != config:
-        raise ValueError("data_dir %r already holds translate_from_files data made from %r, "
-                         "not %r; use another data_dir or delete it" % (data_dir, saved, config))
-    result = super().generate_data(data_dir, tmp_dir, **kwargs)
-    # Saved only after success, so a failed run can be retried with other files.
-    if not os.path.exists(path):
-      file_io.write_lines(path, [json.dumps(config, indent=1, sort_keys=True)])
-    return result
