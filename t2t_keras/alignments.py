@@ -80,6 +80,13 @@ def _members(model) -> List:
   return models
 
 
+def check_selection(model, layer: int = -1, heads: int = 0) -> None:
+  """Refuses a `layer` or `heads` that some Transformer of `model` (see `alignments`)
+  lacks: ValueError naming the valid range."""
+  for member in _members(model):
+    _check_selection(member.hparams.decoder_layers, member.hparams.num_heads, layer, heads)
+
+
 def _check_selection(num_layers: int, num_heads: int, layer: int, heads: int) -> int:
   """`layer` as an index in [0, num_layers); ValueError for a layer or heads out of range."""
   if not -num_layers <= layer < num_layers:
@@ -328,8 +335,7 @@ def alignments(model, encoders: Optional[Dict], input_ids_rows: Sequence[Sequenc
   if level == "word" and encoders is None:
     raise ValueError('level="word" needs the encoders {"inputs": ..., "targets": ...}.')
   models = _members(model)
-  for member in models:  # fail before running anything
-    _check_selection(member.hparams.decoder_layers, member.hparams.num_heads, layer, heads)
+  check_selection(models, layer, heads)  # fail before running anything
   sources = [_source_row(row, i) for i, row in enumerate(input_ids_rows)]
   hypotheses = [_hypothesis_row(row) for row in output_ids_rows]
   todo = [i for i, (s, h) in enumerate(zip(sources, hypotheses))

@@ -248,16 +248,14 @@ class TextDecoder(LineDecoder):
     super().__init__(encoders, decode_hp, log)
     self.model = model
     if decode_hp.return_alignments:  # a layer or head the model lacks: before decoding
-      from t2t_keras import alignments, ensemble
-      for member in ensemble.members(model):
-        try:
-          alignments._check_selection(member.hparams.decoder_layers, member.hparams.num_heads,
-                                      decode_hp.alignment_layer, decode_hp.alignment_heads)
-        except ValueError as e:
-          raise ValueError(f"decode_hparams.alignment_layer/alignment_heads: {e}") from None
+      from t2t_keras import alignments
+      try:
+        alignments.check_selection(model, decode_hp.alignment_layer, decode_hp.alignment_heads)
+      except ValueError as e:
+        raise ValueError(f"decode_hparams.alignment_layer/alignment_heads: {e}") from None
     self.jit_compile = jit_compile
     self.use_cache = use_cache
-    self._decode_fns = {}  # (jit_compile, with_prefix) -> fn, kept across calls (XLA keeps its compilations)
+    self._decode_fns = {}  # (jit_compile, with_prefix) -> fn, kept (XLA keeps its compilations)
     self._jit = False
     # What decoding runs (the model, or the bfloat16 twin `make_decode_fn` chose): its
     # weights are cast again at each decode_lines, so that a trainer's BLEU hook sees

@@ -40,10 +40,11 @@ class Ensemble:
     if len(members) < 2:
       raise ValueError(f"an Ensemble needs at least two members, got {len(members)}; "
                        "use ensemble(models) to get a lone model back as it is.")
-    sizes = {(m.input_vocab_size, m.target_vocab_size) for m in members}
+    each = [(m.input_vocab_size, m.target_vocab_size) for m in members]
+    sizes = set(each)
     if len(sizes) > 1:
       raise ValueError("ensemble members need one vocabulary; their (input, target) "
-                       f"vocabulary sizes are {[(m.input_vocab_size, m.target_vocab_size) for m in members]}.")
+                       f"vocabulary sizes are {each}.")
     self.members = members
     self.input_vocab_size, self.target_vocab_size = sizes.pop()
     self.name = "ensemble_of_" + "_".join(m.name for m in members)

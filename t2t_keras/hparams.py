@@ -23,8 +23,7 @@ import logging
 import re
 from typing import Any, Callable, Dict, List, Tuple
 
-from t2t_keras.hparams_checks import (ADAFACTOR_DECAY_TYPES, PREPEND_MODES,  # noqa: F401
-                                      check_adafactor, check_prepend_mode)
+from t2t_keras.hparams_checks import check_adafactor, check_prepend_mode
 
 _PREPOST_CHARS = set("adnz")
 POS_CHOICES = ("timing", "timing_paper", "emb", "none")
@@ -162,7 +161,7 @@ class HParams(_Fields):
   batch_shuffle_size: int = 512
   max_input_seq_length: int = 0
   max_target_seq_length: int = 0
-  prepend_mode: str = "none"  # T2T's inputs-prepended-to-targets modes (PREPEND_MODES)
+  prepend_mode: str = "none"  # see hparams_checks.PREPEND_MODES (T2T's values)
 
   def __post_init__(self):
     _check_positive(self, ("hidden_size", "filter_size", "num_heads",
