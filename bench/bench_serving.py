@@ -4,11 +4,22 @@
   python bench/bench_serving.py --output_dir=$TRAIN --data_dir=$DATA \
       --decode_hparams=beam_size=4,alpha=0.6
 
-Prints latency p50/p95 at batch 1 and throughput (sentences/s) at batch 32.
+Prints latency p50/p95 at batch 1 and throughput (sentences/s) at batch 32 of:
+  * SavedModel: `serving_default` of the export, as a stock TF Serving runs it
+    (no XLA: `perf.portable_graph`);
+  * SavedModel+XLA: the same export traced as the in-process decoder traces its
+    beam search (its step's top-k compiled with XLA), which a stock server
+    refuses; what serving gives up by running without XLA;
+  * beam_<K> settings: the per-request-settings signature at the export's beam
+    size, sent alpha, extra_length and n_best (the export's values) with every
+    request; what a per-request setting costs;
+  * TextDecoder: the in-process decoder.
+All in one process, in turn, on the same sentences.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -77,7 +88,7 @@ def main(argv):
   import numpy as np
   import tensorflow as tf
   import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
-  from t2t_keras import decode_text, export
+  from t2t_keras import decode_text, export, perf
   from t2t_keras.hparams import create_decode_hparams
   decode_hp = create_decode_hparams(FLAGS.decode_hparams)
   with tempfile.TemporaryDirectory() as root:
@@ -89,11 +100,32 @@ def main(argv):
     path = export.export_saved_model(model, hp, decode_hp, vocab, os.path.join(root, "export"),
                                      encoders)
     export_secs = time.perf_counter() - start
-    serving = tf.saved_model.load(path).signatures["serving_default"]
+    portable = perf.portable_graph
+    perf.portable_graph = contextlib.nullcontext  # traced as in-process: the XLA top-k
+    try:
+      xla_path = export.export_saved_model(model, hp, decode_hp, vocab,
+                                           os.path.join(root, "export_xla"), encoders)
+    finally:
+      perf.portable_graph = portable
+    loaded = tf.saved_model.load(path)
+    serving = loaded.signatures["serving_default"]
+    with_xla = tf.saved_model.load(xla_path).signatures["serving_default"]
+    settings_fn = loaded.signatures[export.settings_signature(decode_hp.beam_size)]
+    n_best = decode_hp.beam_size if decode_hp.return_beams else 1
+
+    def with_settings(lines):
+      rows = len(lines)
+      return settings_fn(inputs=tf.constant(lines),
+                         alpha=tf.fill([rows], tf.constant(decode_hp.alpha, tf.float32)),
+                         extra_length=tf.fill([rows], decode_hp.extra_length),
+                         n_best=tf.fill([rows], n_best))["outputs"].numpy()
+
     decoder = decode_text.TextDecoder(model, encoders, decode_hp.replace(batch_size=32),
                                       log=lambda line: None)
     systems = {
         "SavedModel": lambda lines: serving(inputs=tf.constant(lines))["outputs"].numpy(),
+        "SavedModel+XLA": lambda lines: with_xla(inputs=tf.constant(lines))["outputs"].numpy(),
+        f"beam_{decode_hp.beam_size} settings": with_settings,
         "TextDecoder": decoder.decode_lines,
     }
     single = [[s] for s in _sentences(FLAGS.latency_requests, seed=1)]
@@ -101,12 +133,12 @@ def main(argv):
     harness.print_header()
     print(f"model: {'trained ' + FLAGS.output_dir if FLAGS.output_dir else 'random tiny'}, "
           f"decode_hparams: {FLAGS.decode_hparams}, export {export_secs:.1f}s")
-    print(f"{'system':<12} {'p50 ms (b=1)':>13} {'p95 ms (b=1)':>13} {'sent/s (b=32)':>14}")
+    print(f"{'system':<20} {'p50 ms (b=1)':>13} {'p95 ms (b=1)':>13} {'sent/s (b=32)':>14}")
     for name, fn in systems.items():
       lat = np.array(_measure(fn, single)) * 1e3
       thr = _measure(fn, big)
       rate = 32 * len(thr) / sum(thr)
-      print(f"{name:<12} {np.percentile(lat, 50):>13.1f} {np.percentile(lat, 95):>13.1f} "
+      print(f"{name:<20} {np.percentile(lat, 50):>13.1f} {np.percentile(lat, 95):>13.1f} "
             f"{rate:>14.1f}", flush=True)
 
 

@@ -211,11 +211,12 @@ def _force_prefix(logits, state: _BeamState, extensions, prefix, k: int):
 
 
 def _grow_topk(symbols_to_logits_fn, state: _BeamState, per_item: Any,
-               options: BeamSearchOptions, prefix=None):
+               options: BeamSearchOptions, prefix=None, alpha=None):
   """Extends the alive beams by one token; keeps the best 2 * beam_size.
 
   With `prefix` (ids, lengths) an item inside its prefix takes the prefix token
-  (`_force_prefix`).
+  (`_force_prefix`). `alpha`: the items' own alphas `[batch]` (default
+  options.alpha for all).
 
   Returns:
     topk_seq `[batch, 2*beam, L+1]`, topk_log_probs / topk_scores
@@ -238,7 +239,10 @@ def _grow_topk(symbols_to_logits_fn, state: _BeamState, per_item: Any,
   if prefix is not None:
     extensions = _force_prefix(logits, state, extensions, prefix, 2 * beam_size)
   topk_log_probs, topk_beam, topk_ids = extensions
-  topk_scores = topk_log_probs / length_penalty(state.i + 1, options.alpha)
+  if alpha is None:
+    topk_scores = topk_log_probs / length_penalty(state.i + 1, options.alpha)
+  else:
+    topk_scores = topk_log_probs / length_penalty(state.i + 1, alpha)[:, None]
   topk_seq = gather_beams(state.alive_seq, topk_beam)  # [batch, 2*beam, L+1]
   topk_seq = write_column(topk_seq, state.i + 1, topk_ids)
   return topk_seq, topk_log_probs, topk_scores, topk_beam, topk_ids, new_state
@@ -275,7 +279,8 @@ def _grow_finished(state: _BeamState, topk_seq, topk_scores, topk_finished,
 
 
 def _beam_step(symbols_to_logits_fn, state: _BeamState, per_item: Any,
-               options: BeamSearchOptions, active: tf.Tensor, prefix=None) -> _BeamState:
+               options: BeamSearchOptions, active: tf.Tensor, prefix=None,
+               alpha=None) -> _BeamState:
   """One T2T beam-search step: grow_topk, grow_alive, grow_finished.
 
   Only the items where `active` `[batch]` is True take the step; the others
@@ -283,7 +288,7 @@ def _beam_step(symbols_to_logits_fn, state: _BeamState, per_item: Any,
   """
   beam_size = options.beam_size
   (topk_seq, topk_log_probs, topk_scores, topk_beam, topk_ids,
-   new_state) = _grow_topk(symbols_to_logits_fn, state, per_item, options, prefix)
+   new_state) = _grow_topk(symbols_to_logits_fn, state, per_item, options, prefix, alpha)
   topk_is_eos = tf.equal(topk_ids, options.eos_id)  # [batch, 2*beam]
   # Children of the -INF placeholder beams are not real hypotheses.
   topk_finished = tf.logical_and(topk_is_eos, topk_log_probs > -INF / 2)
@@ -320,7 +325,7 @@ def _keep_inactive(new: _BeamState, old: _BeamState, active: tf.Tensor,
 
 
 def _active_items(state: _BeamState, decode_lengths: tf.Tensor,
-                  options: BeamSearchOptions) -> tf.Tensor:
+                  options: BeamSearchOptions, alpha=None, top_beams=None) -> tf.Tensor:
   """`[batch]` bool: the items that take another step.
 
   T2T's `_is_not_finished` for each item alone: an item stops at its own
@@ -330,16 +335,22 @@ def _active_items(state: _BeamState, decode_lengths: tf.Tensor,
   `((5 + decode_length) / 6) ** alpha`. top_beams=1 is T2T's stop_early
   criterion (best finished score); top_beams=beam_size is T2T's criterion
   for n-best output (worst of the beam finished slots; an empty slot never
-  beats an alive beam).
+  beats an alive beam). `alpha` and `top_beams` `[batch]`, when given, are
+  the items' own (default: options' for all).
   """
   steps_left = state.i < decode_lengths  # [batch]
   if not options.stop_early:
     return steps_left
-  top = options.top_beams - 1
-  max_penalty = length_penalty(decode_lengths, options.alpha)  # [batch]
+  max_penalty = length_penalty(decode_lengths, options.alpha if alpha is None else alpha)
   best_alive_bound = state.alive_log_probs[:, 0] / max_penalty  # [batch]
-  settled = tf.logical_and(state.finished_flags[:, top],
-                           state.finished_scores[:, top] > best_alive_bound)  # [batch]
+  if top_beams is None:
+    top = options.top_beams - 1
+    flags, scores = state.finished_flags[:, top], state.finished_scores[:, top]
+  else:
+    top = top_beams[:, None] - 1
+    flags = tf.gather(state.finished_flags, top, batch_dims=1)[:, 0]
+    scores = tf.gather(state.finished_scores, top, batch_dims=1)[:, 0]
+  settled = tf.logical_and(flags, scores > best_alive_bound)  # [batch]
   return tf.logical_and(steps_left, tf.logical_not(settled))
 
 
@@ -366,7 +377,9 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
                 decode_length: IntOrTensor, options: BeamSearchOptions,
                 state: Optional[DecodingState] = None,
                 decode_lengths: Optional[tf.Tensor] = None,
-                prefix: Optional[tf.Tensor] = None) -> SearchOutput:
+                prefix: Optional[tf.Tensor] = None,
+                alphas: Optional[tf.Tensor] = None,
+                top_beams: Optional[tf.Tensor] = None) -> SearchOutput:
   """T2T beam search: ids, scores, final state and steps run.
 
   Each batch item gets exactly the result T2T's `beam_search` gives for it
@@ -393,6 +406,11 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
       scoring the whole target would. Items with an empty prefix (and
       `prefix=None`) search exactly as without. A decode length shorter than
       the prefix cuts it.
+    alphas: optional `[batch]` float, each item's own length-penalty
+      exponent (default options.alpha for every item).
+    top_beams: optional `[batch]` int in 1..beam_size, each item's own
+      `BeamSearchOptions.top_beams` (its stopping criterion; default
+      options.top_beams for every item).
 
   Returns:
     `SearchOutput(ids [batch, beam, decode_length + 1], scores [batch, beam],
@@ -403,7 +421,11 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
   state = check_state(state, ids.shape[0])
   search = _initial_beam_state(ids, state, options.beam_size)
   lengths = item_decode_lengths(decode_lengths, decode_length, tf.shape(search.alive_seq)[0])
-  active = lambda s: _active_items(s, lengths, options)
+  if alphas is not None:
+    alphas = tf.cast(alphas, tf.float32)
+  if top_beams is not None:
+    top_beams = tf.cast(top_beams, tf.int32)
+  active = lambda s: _active_items(s, lengths, options, alphas, top_beams)
   if prefix is not None:
     prefix_ids = tf.pad(tf.cast(prefix, tf.int32), [[0, 0], [0, 1]])  # never 0 columns
     prefix = (prefix_ids, tf.reduce_sum(tf.cast(tf.not_equal(prefix_ids, 0), tf.int32), 1))
@@ -411,7 +433,7 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
   search = tf.while_loop(
       lambda *s: tf.reduce_any(active(_BeamState(*s))),
       lambda *s: tuple(_beam_step(symbols_to_logits_fn, _BeamState(*s), state.per_item,
-                                  options, active(_BeamState(*s)), prefix)),
+                                  options, active(_BeamState(*s)), prefix, alphas)),
       tuple(search))
   search = _BeamState(*search)
   # Items where nothing finished fall back to alive beams and raw log-probs.

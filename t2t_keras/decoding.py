@@ -20,7 +20,7 @@ alone. The paper used extra 50 (parsing 300); T2T's default is 100.
 from __future__ import annotations
 
 import functools
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -35,6 +35,20 @@ from t2t_keras.perf import inference
 def _input_lengths(inputs: tf.Tensor) -> tf.Tensor:
   """Non-pad length of each row, EOS included: `[batch]` int32."""
   return tf.reduce_sum(tf.cast(tf.not_equal(inputs, PAD_ID), tf.int32), axis=1)
+
+
+class RowSettings(NamedTuple):
+  """Decode settings of each batch row, tensors of a search traced once (the
+  SavedModel's per-request settings). Each is `[batch]`:
+
+  alpha: float32, beam search's length-penalty exponent (no effect at beam 1).
+  extra_length: int32, in 0..decode_hp.extra_length (which sizes the buffers).
+  top_beams: int32, in 1..beam_size: the hypotheses the caller uses, which set
+    the row's stopping criterion (`beam_search.BeamSearchOptions.top_beams`).
+  """
+  alpha: tf.Tensor
+  extra_length: tf.Tensor
+  top_beams: tf.Tensor
 
 
 def make_symbols_to_logits_fn(model: Transformer, use_cache: bool = True) -> Callable:
@@ -74,7 +88,8 @@ def initial_state(model: Transformer, encoder_output: tf.Tensor, encdec_bias: tf
 
 def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
                use_cache: bool = True, decode_length: Optional[int] = None,
-               prefix: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor]:
+               prefix: Optional[tf.Tensor] = None,
+               rows: Optional[RowSettings] = None) -> Tuple[tf.Tensor, tf.Tensor]:
   """Decodes a batch of padded input ids (run it inside tf.function).
 
   Args:
@@ -89,6 +104,9 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
       scores count them. A sentence's cap is then at least its prefix + 1
       (the default buffer at least P + 1), so a long prefix is never cut.
       None, or an empty row, decodes exactly as without.
+    rows: optional `RowSettings`, each row's alpha, extra_length and
+      top_beams in place of decode_hp's (whose extra_length still sizes the
+      default buffer). Values equal to decode_hp's decode as without.
 
   Returns:
     ids int32 `[batch, decode_length]` (or `[batch, beam, decode_length]` with
@@ -103,7 +121,8 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
     known = inputs.shape[1]
     decode_length = (known if known is not None else tf.shape(inputs)[1]) + \
         decode_hp.extra_length
-  cap = _input_lengths(inputs) + decode_hp.extra_length
+  cap = _input_lengths(inputs) + (decode_hp.extra_length if rows is None else
+                                  tf.cast(rows.extra_length, tf.int32))
   if prefix is not None:
     prefix = tf.cast(prefix, tf.int32)
     cap = tf.maximum(cap, _input_lengths(prefix) + 1)
@@ -120,8 +139,10 @@ def decode_ids(model: Transformer, inputs: tf.Tensor, decode_hp: DecodeHParams,
     options = beam_search.BeamSearchOptions(
         beams, model.target_vocab_size, decode_hp.alpha, eos_id=EOS_ID, stop_early=True,
         top_beams=beams if decode_hp.return_beams else 1)
-    out = beam_search.beam_search(fn, initial, decode_length, options, state,
-                                  decode_lengths=cap, prefix=prefix)
+    out = beam_search.beam_search(
+        fn, initial, decode_length, options, state, decode_lengths=cap, prefix=prefix,
+        alphas=None if rows is None else rows.alpha,
+        top_beams=None if rows is None else rows.top_beams)
     ids = out.ids[:, :, 1:]
     return (ids, out.scores) if decode_hp.return_beams else (ids[:, 0], out.scores[:, 0])
   if decode_hp.sampling_method == "argmax":

@@ -2,7 +2,7 @@
 
 `export_saved_model` writes `<export_dir>/<version>/` (TF Serving's versioned
 layout, tag `serve`, a new integer version each time, written under a temp name
-and renamed, so a poller never sees half a model) with two signatures:
+and renamed, so a poller never sees half a model) with these signatures:
 
   * `serving_default`: `inputs` tf.string `[batch]` raw sentences -> `outputs`
     tf.string `[batch]` (`[batch, beams]` with return_beams) and `scores`
@@ -12,6 +12,24 @@ and renamed, so a poller never sees half a model) with two signatures:
     `[batch]` serialized `tf.train.Example`s with int64 `inputs` ids (EOS
     appended by the client) -> `outputs` int32 `[batch, length]`
     (`[batch, beams, length]`), 0-padded after EOS, and `scores`.
+  * `beam_<K>`, one per beam size K (`beam_sizes`; default the decode
+    hparams' beam_size), decode settings per request: `inputs` as
+    `serving_default`, and optional `alpha` float32, `extra_length` int32 and
+    `n_best` int32, each one value for the whole request (`[1]`) or one per row
+    (`[batch]`); absent, they take the export's alpha, extra_length and n_best
+    (beam_size with return_beams, else 1). -> `outputs` tf.string `[batch, K]`
+    (a row's n_best hypotheses, best first, then ""), `scores` float32
+    `[batch, K]` (0 after n_best) and `errors`. extra_length above the
+    export's is cut to it (the buffers are sized by it) and said in `errors`;
+    alpha < 0 or not finite, extra_length < 0, n_best outside 1..K, or a
+    setting of another length are an InvalidArgumentError naming it. The two
+    signatures above keep one input: TF Serving's batching (`--enable_batching`)
+    needs every input, defaults included, to have the batch's rows.
+
+Every signature runs on a stock `tensorflow_model_server`: nothing in the
+graph needs XLA (the server disables it at start-up; the export is traced in
+`perf.portable_graph()`), and every op of the decode loop has GPU kernels for
+float32, bfloat16 and float16.
 
 Input handling (both signatures): an input with no tokens (an empty or
 whitespace-only sentence, or no ids) gives an empty output and score 0 (the
@@ -46,7 +64,7 @@ import tensorflow as tf
 from data_gen import file_io
 from data_gen.graph_text_encoder import GraphSubwordEncoder, is_valid_utf8
 from data_gen.text_encoder import EOS_ID, PAD_ID
-from t2t_keras import decode_text, decoding, errors
+from t2t_keras import decode_text, decoding, errors, perf
 from t2t_keras.hparams import DecodeHParams, HParams
 from t2t_keras.model import Transformer
 
@@ -59,6 +77,12 @@ WARMUP_SENTENCES = ("Hello world.", "")
 INVALID_UTF8_ERROR = "input is not valid UTF-8; send UTF-8 text"
 _BREAKS_PATTERN = "[%s]" % "".join("\\x{%x}" % ord(c) for c in decode_text.OUTPUT_BREAKS)
 STALE_EXPORT_SECONDS = 24 * 3600
+SETTING_KEYS = ("alpha", "extra_length", "n_best")
+
+
+def settings_signature(beam_size: int) -> str:
+  """The name of the signature with per-request settings at `beam_size`."""
+  return f"beam_{beam_size}"
 
 
 def truncation_message(decode_hp: DecodeHParams) -> str:
@@ -112,13 +136,18 @@ class ServingModule(tf.Module):
     model: a built Transformer with restored weights.
     hparams: its HParams (input length needs none of them: `decode_text.input_cap`).
     decode_hp: beam_size, alpha, extra_length, return_beams, max_input_size are
-      baked into the graph.
+      baked into the graph (alpha, extra_length, n_best as `beam_<K>` defaults).
     vocab_files: {"inputs": path, "targets": path} of T2T `.subwords` files.
+    beam_sizes: the beam sizes of the `beam_<K>` signatures (default:
+      decode_hp.beam_size).
   """
 
   def __init__(self, model: Transformer, hparams: HParams, decode_hp: DecodeHParams,
-               vocab_files: Dict[str, str]):
+               vocab_files: Dict[str, str], beam_sizes: Sequence[int] = ()):
     super().__init__(name="t2t_serving")
+    beam_sizes = tuple(sorted(set(beam_sizes))) or (decode_hp.beam_size,)
+    if any(not isinstance(k, int) or k < 1 for k in beam_sizes):
+      raise ValueError(f"beam_sizes must be integers >= 1, got {list(beam_sizes)}.")
     for side in ("inputs", "targets"):
       if side not in vocab_files or not os.path.exists(vocab_files[side]):
         raise ValueError(f"vocab_files[{side!r}] must name an existing vocab file, got "
@@ -144,20 +173,36 @@ class ServingModule(tf.Module):
         self._serve_text, input_signature=[tf.TensorSpec(None, tf.string, name="inputs")])
     self.serve_examples = tf.function(
         self._serve_examples, input_signature=[tf.TensorSpec(None, tf.string, name="input")])
+    self.beam_sizes = beam_sizes
+    self.serve_settings = {settings_signature(k): self._settings_function(k)
+                           for k in beam_sizes}
 
   def _decode(self, ids: tf.Tensor, empty: tf.Tensor):
     """ids int32 `[batch, length]` -> masked (ids, scores) as `decode_ids`."""
     out, scores = decoding.decode_ids(self._model_fn(), ids, self.decode_hp, use_cache=True)
     return _mask_empty(out, scores, empty)
 
-  def _serve_text(self, inputs: tf.Tensor) -> Dict[str, tf.Tensor]:
-    """tf.string `[batch]` -> {"outputs": tf.string, "scores": float32, "errors": tf.string}."""
+  def _encode_text(self, inputs: tf.Tensor):
+    """tf.string `[batch]` -> (valid UTF-8 `[batch]`, no tokens `[batch]`, pieces
+    ragged `[batch, (n)]`)."""
     inputs = _as_batch(inputs, TEXT_INPUT_KEY)
     valid = is_valid_utf8(inputs)
     inputs = self.input_encoder.normalize_input(tf.where(valid, inputs, ""))
     empty = tf.equal(inputs, "")
     pieces = self.input_encoder.encode(inputs)
-    empty = tf.logical_or(empty, tf.equal(pieces.row_lengths(), 0))
+    return valid, tf.logical_or(empty, tf.equal(pieces.row_lengths(), 0)), pieces
+
+  def _row_errors(self, valid: tf.Tensor, pieces: tf.RaggedTensor) -> tf.Tensor:
+    """tf.string `[batch]`: not UTF-8, or cut by max_input_size, else ""."""
+    errors = tf.where(valid, "", INVALID_UTF8_ERROR)
+    if self.cap is not None:
+      cut = tf.logical_and(valid, pieces.row_lengths() > self.cap)
+      errors = tf.where(cut, truncation_message(self.decode_hp), errors)
+    return errors
+
+  def _serve_text(self, inputs: tf.Tensor) -> Dict[str, tf.Tensor]:
+    """tf.string `[batch]` -> {"outputs": tf.string, "scores": float32, "errors": tf.string}."""
+    valid, empty, pieces = self._encode_text(inputs)
     ids, scores = self.decode_padded(_truncate_and_add_eos(pieces, self.cap), empty)
     if self.decode_hp.return_beams:
       shape = tf.shape(ids)
@@ -166,11 +211,77 @@ class ServingModule(tf.Module):
     else:
       text = _ids_to_text(self.target_encoder, ids)
     text = tf.where(_expand_like(empty, text), "", text)
-    errors = tf.where(valid, "", INVALID_UTF8_ERROR)
-    if self.cap is not None:
-      cut = tf.logical_and(valid, pieces.row_lengths() > self.cap)
-      errors = tf.where(cut, truncation_message(self.decode_hp), errors)
-    return {"outputs": text, "scores": scores, "errors": errors}
+    return {"outputs": text, "scores": scores, "errors": self._row_errors(valid, pieces)}
+
+  def _settings_function(self, beam_size: int):
+    """The `beam_<beam_size>` signature: `_serve_rows` with the export's settings as
+    the defaults of its optional inputs (saved as the SignatureDef's `defaults`)."""
+    hp = self.decode_hp.replace(beam_size=beam_size, return_beams=True)
+    ids_spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.bool)]
+    row_specs = [tf.TensorSpec([None], tf.float32, name="alpha"),
+                 tf.TensorSpec([None], tf.int32, name="extra_length"),
+                 tf.TensorSpec([None], tf.int32, name="n_best")]
+
+    def _decode_rows(ids, empty, alpha, extra_length, n_best):  # a named graph function
+      return self._decode_rows(hp, ids, empty, alpha, extra_length, n_best)
+
+    decode = tf.function(_decode_rows, input_signature=ids_spec + [
+        tf.TensorSpec([None], spec.dtype) for spec in row_specs])
+    n_best = beam_size if self.decode_hp.return_beams else 1
+    alpha_default = tf.constant([self.decode_hp.alpha], tf.float32)
+    extra_default = tf.constant([self.decode_hp.extra_length], tf.int32)
+    n_best_default = tf.constant([n_best], tf.int32)
+
+    def serve(inputs, alpha=alpha_default, extra_length=extra_default, n_best=n_best_default):
+      return self._serve_rows(decode, beam_size, inputs, alpha, extra_length, n_best)
+
+    return tf.function(serve, input_signature=[tf.TensorSpec(None, tf.string, name="inputs")]
+                       + row_specs)
+
+  def _decode_rows(self, hp: DecodeHParams, ids: tf.Tensor, empty: tf.Tensor,
+                   alpha: tf.Tensor, extra_length: tf.Tensor, n_best: tf.Tensor):
+    """`_decode` with each row's settings: ids `[batch, beams, length]`, scores `[batch, beams]`."""
+    rows = decoding.RowSettings(alpha, extra_length, n_best)
+    out, scores = decoding.decode_ids(self._model_fn(), ids, hp, use_cache=True, rows=rows)
+    return _mask_empty(out, scores, empty)
+
+  def _serve_rows(self, decode, beam_size: int, inputs: tf.Tensor, alpha: tf.Tensor,
+                  extra_length: tf.Tensor, n_best: tf.Tensor) -> Dict[str, tf.Tensor]:
+    """tf.string `[batch]` and settings `[1]` or `[batch]` -> {"outputs": tf.string
+    `[batch, beam_size]`, "scores": float32 `[batch, beam_size]`, "errors"}."""
+    valid, empty, pieces = self._encode_text(inputs)
+    batch = tf.shape(empty)[0]
+    alpha, extra_length, n_best = (
+        _per_row(value, name, batch)
+        for value, name in zip((alpha, extra_length, n_best), SETTING_KEYS))
+    signature = settings_signature(beam_size)
+    checks = [
+        tf.debugging.assert_equal(
+            tf.reduce_all(tf.logical_and(tf.math.is_finite(alpha), alpha >= 0)), True,
+            message=f"{signature}: alpha must be finite and >= 0 (the length penalty's "
+            "exponent; 0: none)"),
+        tf.debugging.assert_non_negative(
+            extra_length, message=f"{signature}: extra_length must be >= 0 (output tokens "
+            "beyond the input's length)"),
+        tf.debugging.assert_equal(
+            tf.reduce_all(tf.logical_and(n_best >= 1, n_best <= beam_size)), True,
+            message=f"{signature}: n_best must be between 1 and the signature's beam size "
+            f"{beam_size}")]
+    with tf.control_dependencies(checks):
+      most = self.decode_hp.extra_length
+      capped = tf.logical_and(tf.logical_and(valid, tf.logical_not(empty)), extra_length > most)
+      ids, scores = decode(_truncate_and_add_eos(pieces, self.cap), empty, alpha,
+                           tf.minimum(extra_length, most), n_best)
+    shape = tf.shape(ids)
+    text = tf.reshape(_ids_to_text(self.target_encoder, tf.reshape(ids, [-1, shape[2]])),
+                      shape[:2])
+    absent = tf.logical_or(empty[:, None], tf.range(beam_size)[None, :] >= n_best[:, None])
+    errors = self._row_errors(valid, pieces)
+    note = (f"extra_length cut to the export's maximum {most} (t2t_keras_exporter "
+            "--decode_hparams=extra_length=N raises it)")
+    errors = tf.where(capped, tf.where(tf.equal(errors, ""), note, errors + "; " + note), errors)
+    return {"outputs": tf.where(absent, "", text),
+            "scores": tf.where(absent, tf.zeros_like(scores), scores), "errors": errors}
 
   def _serve_examples(self, serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
     """serialized Examples `[batch]` -> {"outputs": int32 ids, "scores": float32}."""
@@ -182,6 +293,17 @@ class ServingModule(tf.Module):
     empty = tf.equal(tokens.row_lengths(), 0)
     out, scores = self.decode_padded(_truncate_and_add_eos(tokens, self.cap), empty)
     return {"outputs": out, "scores": scores}
+
+
+def _per_row(value: tf.Tensor, name: str, batch: tf.Tensor) -> tf.Tensor:
+  """A setting `[1]` or `[batch]` -> `[batch]`, or InvalidArgumentError naming it."""
+  size = tf.size(value)
+  check = tf.debugging.assert_equal(
+      tf.logical_or(tf.equal(size, 1), tf.equal(size, batch)), True,
+      message=f"signature input {name} must hold one value for the whole request or one per "
+      "row of inputs")
+  with tf.control_dependencies([check]):
+    return tf.broadcast_to(tf.reshape(value, [-1]), [batch])
 
 
 def _expand_like(mask: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
@@ -208,14 +330,17 @@ def existing_versions(export_dir: str) -> List[int]:
 
 
 def _warmup_requests(module: ServingModule, encoders: Dict) -> List:
-  """PredictionLogs with one PredictRequest per signature (real sentences)."""
+  """PredictionLogs with one PredictRequest per signature (real sentences; the
+  `beam_<K>` ones with their default settings)."""
   from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
   logs = []
   sentences = list(WARMUP_SENTENCES)
+  texts = [s.encode("utf-8") for s in sentences]
   examples = [make_example(encoders["inputs"].encode(s) + [EOS_ID]) for s in sentences]
-  for signature, key, values in ((TEXT_SIGNATURE, TEXT_INPUT_KEY,
-                                  [s.encode("utf-8") for s in sentences]),
-                                 (EXAMPLE_SIGNATURE, EXAMPLE_INPUT_KEY, examples)):
+  requests = [(TEXT_SIGNATURE, TEXT_INPUT_KEY, texts),
+              (EXAMPLE_SIGNATURE, EXAMPLE_INPUT_KEY, examples)]
+  requests += [(name, TEXT_INPUT_KEY, texts) for name in module.serve_settings]
+  for signature, key, values in requests:
     request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(
         signature_name=signature))
     request.inputs[key].CopyFrom(tf.make_tensor_proto(values, dtype=tf.string))
@@ -263,11 +388,11 @@ def make_example(ids: Sequence[int]) -> bytes:
 
 def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHParams,
                        vocab_files: Dict[str, str], export_dir: str,
-                       encoders: Optional[Dict] = None) -> str:
+                       encoders: Optional[Dict] = None, beam_sizes: Sequence[int] = ()) -> str:
   """Writes a new version `<export_dir>/<N>/` (N = last version + 1) and returns it.
 
   Args:
-    model, hparams, decode_hp, vocab_files: as `ServingModule`.
+    model, hparams, decode_hp, vocab_files, beam_sizes: as `ServingModule`.
     export_dir: the model base path TF Serving polls.
     encoders: Python encoders (for the warm-up Examples); default: read from
       `vocab_files`.
@@ -280,18 +405,23 @@ def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHP
     from data_gen import text_encoder
     encoders = {s: text_encoder.SubwordTextEncoder(vocab_files[s])
                 for s in ("inputs", "targets")}
-  module = ServingModule(model, hparams, decode_hp, vocab_files)
+  module = ServingModule(model, hparams, decode_hp, vocab_files, beam_sizes)
   os.makedirs(export_dir, exist_ok=True)
   remove_stale_exports(export_dir)
-  signatures = {TEXT_SIGNATURE: module.serve_text.get_concrete_function(),
-                EXAMPLE_SIGNATURE: module.serve_examples.get_concrete_function()}
+  with perf.portable_graph():  # traced for a stock model server: no XLA
+    signatures = {TEXT_SIGNATURE: module.serve_text.get_concrete_function(),
+                  EXAMPLE_SIGNATURE: module.serve_examples.get_concrete_function()}
+    for name, function in module.serve_settings.items():
+      function.get_concrete_function()
+      signatures[name] = function  # the function, so its defaults are saved
 
   def next_version() -> str:  # never overwrite a version, even with a concurrent exporter
     return os.path.join(export_dir, str((existing_versions(export_dir) or [0])[-1] + 1))
 
   try:
     with file_io.atomic_directory(os.path.join(export_dir, ".export"), next_version) as write:
-      tf.saved_model.save(module, write.tmp, signatures=signatures)
+      with perf.portable_graph():
+        tf.saved_model.save(module, write.tmp, signatures=signatures)
       extra = os.path.join(write.tmp, "assets.extra")
       os.makedirs(extra, exist_ok=True)
       with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILENAME)) as writer:

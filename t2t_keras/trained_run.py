@@ -271,10 +271,11 @@ class TrainedRun:
     return outputs
 
   def export_saved_model(self, export_dir: Optional[str] = None, decode_hparams: str = "",
-                         **values) -> str:
+                         beam_sizes: Sequence[int] = (), **values) -> str:
     """Writes the next version `<export_dir>/<N>` of the serving SavedModel (decode
     hparams baked in, as `t2t_keras_exporter`); default export_dir: the run's export/.
-    Returns the version directory.
+    `beam_sizes`: one `beam_<K>` signature (decode settings per request) for each
+    (default: the decode hparams' beam_size). Returns the version directory.
 
     Raises:
       ValueError: export_dir is a file or ends in a version number.
@@ -287,7 +288,7 @@ class TrainedRun:
       raise ValueError("decode_hparams.return_alignments: the SavedModel returns outputs and "
                        "scores only; get alignments from translate() or t2t_keras_decoder.")
     return export.export_saved_model(self.model, self.hparams, decode_hp, self.vocab_files,
-                                     export_dir, encoders=self.encoders)
+                                     export_dir, encoders=self.encoders, beam_sizes=beam_sizes)
 
   def export_ctranslate2(self, export_dir: Optional[str] = None,
                          quantization: Optional[str] = None) -> str:

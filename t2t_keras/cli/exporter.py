@@ -7,6 +7,10 @@ writes `$TRAIN/export/<N>/` (a new version N each time); serve it with
   tensorflow_model_server --port=8500 --rest_api_port=8501 \
       --model_name=transformer --model_base_path=$TRAIN/export
 
+Besides `serving_default`, a signature `beam_<K>` for each of
+`--serving_beam_sizes` (default: the decode hparams' beam_size) takes alpha,
+extra_length and n_best per request (docs/serving.md).
+
   t2t_keras_exporter --export_format=ctranslate2 --data_dir=$DATA --output_dir=$TRAIN
 
 writes a CTranslate2 model directory `$TRAIN/export_ctranslate2` (replaced whole)
@@ -31,6 +35,10 @@ common_flags.define_experiment_flags(common_flags.TRAINED_RUN_FLAGS + ("decode_h
 flags.DEFINE_enum("export_format", "saved_model", ["saved_model", "ctranslate2"],
                   "saved_model: a SavedModel version for TF Serving. ctranslate2: a "
                   "CTranslate2 model directory (needs the extra: pip install -e '.[ct2]').")
+flags.DEFINE_list("serving_beam_sizes", [],
+                  "saved_model: one signature beam_<K> (alpha, extra_length and n_best per "
+                  "request) for each beam size K, e.g. 1,4 (default: the decode hparams' "
+                  "beam_size). serving_default keeps the decode hparams.")
 flags.DEFINE_string("export_dir", None,
                     "saved_model: the model base path (default: <output_dir>/export). "
                     "ctranslate2: the directory written (default: "
@@ -53,6 +61,7 @@ def main(argv):
   if FLAGS.export_format == "ctranslate2":
     _export_ctranslate2()
     return
+  beam_sizes = _beam_sizes(FLAGS.serving_beam_sizes)
   from t2t_keras.run_layout import RunDir
   export_dir = FLAGS.export_dir or RunDir(FLAGS.output_dir or "").export_dir
   try:
@@ -62,8 +71,19 @@ def main(argv):
   file_checks.check_output_dir("export_dir", export_dir)
   run = common_flags.load_trained_run()
   print(f"Exporting with {decode_hp} ...", file=sys.stderr, flush=True)
-  target = run.export_saved_model(export_dir, decode_hp)
+  target = run.export_saved_model(export_dir, decode_hp, beam_sizes=beam_sizes)
   print(f"Exported {target}", flush=True)
+
+
+def _beam_sizes(values) -> list:
+  """--serving_beam_sizes as integers >= 1, or a UsageError naming the bad one."""
+  sizes = []
+  for value in values:
+    if not value.strip().isdigit() or int(value) < 1:
+      raise app.UsageError(f"--serving_beam_sizes: {value!r} is not a beam size; give "
+                           "integers >= 1 separated by commas, e.g. 1,4.")
+    sizes.append(int(value))
+  return sizes
 
 
 def _export_ctranslate2():

@@ -5,16 +5,23 @@ r"""t2t_keras_query: send sentences to a running TF Serving and print translatio
   echo 'Hello world.' | t2t_keras_query --server=localhost:8501 --rest \
       --servable_name=transformer
 
-The default signature takes raw text. `--signature=serialized_example` speaks
-T2T's protocol (int64 ids in tf.train.Examples, EOS appended here) and needs
-`--data_dir` (and `--problem`) to encode and decode with the vocabulary.
-One output line per input line, in order (tab-separated beams with return_beams).
+  t2t_keras_query --server=localhost:8500 --servable_name=transformer \
+      --signature_name=beam_4 --alpha=1.0 --n_best=2 --extra_length=50
+
+The default signature takes raw text. `--signature_name=serialized_example`
+speaks T2T's protocol (int64 ids in tf.train.Examples, EOS appended here) and
+needs `--data_dir` (and `--problem`) to encode and decode with the vocabulary.
+`--alpha`, `--extra_length` and `--n_best` are sent, one value per sentence,
+to a `beam_<K>` signature (decode settings per request; see docs/serving.md).
+One output line per input line, in order (tab-separated hypotheses with
+return_beams or n_best > 1).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import sys
 import urllib.request
 from typing import Callable, List, Optional, Sequence
@@ -26,7 +33,16 @@ from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once
 from t2t_keras.cli import file_checks  # noqa: E402
 flags.DEFINE_string("server", None, "host:port of the model server (gRPC, or REST with --rest).")
 flags.DEFINE_string("servable_name", None, "The --model_name given to tensorflow_model_server.")
-flags.DEFINE_string("signature", "serving_default", "serving_default or serialized_example.")
+flags.DEFINE_string("signature_name", "serving_default",
+                    "serving_default, serialized_example, or beam_<K> (decode settings per "
+                    "request: --alpha, --extra_length, --n_best).")
+flags.DEFINE_alias("signature", "signature_name")
+flags.DEFINE_float("alpha", None, "beam_<K> signatures: the length penalty's exponent "
+                   "(default: the export's).")
+flags.DEFINE_integer("extra_length", None, "beam_<K> signatures: output tokens beyond the "
+                     "input's length, at most the export's (default: the export's).")
+flags.DEFINE_integer("n_best", None, "beam_<K> signatures: hypotheses per sentence, 1..K, "
+                     "printed tab-separated (default: the export's).")
 flags.DEFINE_string("inputs_once", None, "Translate this one sentence and exit.")
 flags.DEFINE_string("input_file", None, "Translate the lines of this file (default: stdin).")
 flags.DEFINE_bool("rest", False, "Use the REST API (POST .../v1/models/<name>:predict).")
@@ -36,11 +52,18 @@ common_flags.define_once("string", "problem", None, "For --signature=serialized_
 common_flags.define_once("string", "data_dir", None, "For --signature=serialized_example: its vocabulary.")
 
 EXAMPLE_SIGNATURE = "serialized_example"
+SETTINGS = ("alpha", "extra_length", "n_best")
+_SETTING_DTYPES = {"alpha": "float32", "extra_length": "int32", "n_best": "int32"}
 
 
 def make_grpc_request_fn(server: str, servable_name: str, signature: str,
-                         timeout_secs: float) -> Callable[[List], dict]:
-  """fn(list of bytes) -> {"outputs": ndarray, "scores": ndarray} over gRPC."""
+                         timeout_secs: float,
+                         settings: Optional[dict] = None) -> Callable[[List], dict]:
+  """fn(list of bytes) -> {"outputs": ndarray, "scores": ndarray} over gRPC.
+
+  settings: {name: value} of `SETTINGS` sent with every request, one value per
+  sentence (so that a server batching requests can concatenate them).
+  """
   import grpc
   import tensorflow as tf
   from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
@@ -53,6 +76,9 @@ def make_grpc_request_fn(server: str, servable_name: str, signature: str,
     request.model_spec.name = servable_name
     request.model_spec.signature_name = signature
     request.inputs[key].CopyFrom(tf.make_tensor_proto(values, dtype=tf.string))
+    for name, value in (settings or {}).items():
+      request.inputs[name].CopyFrom(tf.make_tensor_proto([value] * len(values),
+                                                         dtype=_SETTING_DTYPES[name]))
     response = stub.Predict(request, timeout_secs)
     return {name: tf.make_ndarray(response.outputs[name]) for name in ("outputs", "scores")}
 
@@ -60,8 +86,10 @@ def make_grpc_request_fn(server: str, servable_name: str, signature: str,
 
 
 def make_rest_request_fn(server: str, servable_name: str, signature: str,
-                         timeout_secs: float) -> Callable[[List], dict]:
-  """fn(list of bytes) -> {"outputs": list, "scores": list} over TF Serving's REST API."""
+                         timeout_secs: float,
+                         settings: Optional[dict] = None) -> Callable[[List], dict]:
+  """fn(list of bytes) -> {"outputs": list, "scores": list} over TF Serving's REST API
+  (settings: as `make_grpc_request_fn`, in each row of the row format)."""
   import numpy as np
   url = f"http://{server}/v1/models/{servable_name}:predict"
 
@@ -70,6 +98,9 @@ def make_rest_request_fn(server: str, servable_name: str, signature: str,
       instances = [{"b64": base64.b64encode(v).decode("ascii")} for v in values]
     else:
       instances = [v.decode("utf-8") for v in values]
+    if settings:
+      key = "input" if signature == EXAMPLE_SIGNATURE else "inputs"
+      instances = [dict(settings, **{key: v}) for v in instances]
     body = json.dumps({"signature_name": signature, "instances": instances}).encode("utf-8")
     request = urllib.request.Request(url, data=body,
                                      headers={"Content-Type": "application/json"})
@@ -83,13 +114,21 @@ def make_rest_request_fn(server: str, servable_name: str, signature: str,
   return request_fn
 
 
-def _row_texts(row, encoders: Optional[dict]) -> List[str]:
-  """One response row (a string, a beam list, ids or beams of ids) -> its texts."""
+def _row_texts(row, encoders: Optional[dict], scores=None) -> List[str]:
+  """One response row (a string, a beam list, ids or beams of ids) -> its texts.
+
+  Hypotheses after the first that are "" with score 0 are absent (a `beam_<K>`
+  signature fills the columns after a row's n_best so) and dropped.
+  """
   import numpy as np
   from t2t_keras import decoding
   if encoders is None:
     values = [row] if isinstance(row, (bytes, str)) else list(np.ravel(row))
-    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+    texts = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+    if scores is not None and len(texts) > 1:
+      scores = list(np.ravel(scores))
+      texts = texts[:1] + [t for t, s in zip(texts[1:], scores[1:]) if t or s != 0]
+    return texts
   ids = np.asarray(row)
   ids = ids[None] if ids.ndim == 1 else ids
   return [encoders["targets"].decode(decoding.strip_ids(r)) for r in ids]
@@ -115,8 +154,9 @@ def translate(lines: Sequence[str], request_fn: Callable[[List], dict], batch_si
     else:
       values = [export.make_example(encoders["inputs"].encode(line) + [EOS_ID])
                 for line in batch]
-    for row in request_fn(values)["outputs"]:
-      results.append("\t".join(_row_texts(row, encoders)))
+    response = request_fn(values)
+    for row, scores in zip(response["outputs"], response["scores"]):
+      results.append("\t".join(_row_texts(row, encoders, scores)))
   return results
 
 
@@ -138,11 +178,20 @@ def main(argv):
   if not host or not port.isdigit():
     raise app.UsageError(f"--server={FLAGS.server}: give host:port, e.g. localhost:8500 "
                          "(gRPC) or localhost:8501 with --rest.")
-  if FLAGS.signature not in ("serving_default", EXAMPLE_SIGNATURE):
-    raise app.UsageError(f"--signature must be serving_default or {EXAMPLE_SIGNATURE}, got "
-                         f"{FLAGS.signature!r}.")
+  signature = FLAGS.signature_name
+  settings_signature = re.fullmatch(r"beam_[1-9][0-9]*", signature) is not None
+  if signature not in ("serving_default", EXAMPLE_SIGNATURE) and not settings_signature:
+    raise app.UsageError(f"--signature_name must be serving_default, {EXAMPLE_SIGNATURE} or "
+                         f"beam_<K> (a beam size the export has), got {signature!r}.")
+  settings = {name: getattr(FLAGS, name) for name in SETTINGS
+              if getattr(FLAGS, name) is not None}
+  if settings and not settings_signature:
+    raise app.UsageError(f"--{'/--'.join(settings)}: decode settings go to a beam_<K> "
+                         f"signature, not {signature}; give --signature_name=beam_<K> "
+                         "(t2t_keras_exporter --serving_beam_sizes chooses the K; "
+                         "saved_model_cli show --dir <version> lists them).")
   encoders = None
-  if FLAGS.signature == EXAMPLE_SIGNATURE:
+  if signature == EXAMPLE_SIGNATURE:
     if not FLAGS.data_dir or not FLAGS.problem:
       raise app.UsageError("--signature=serialized_example needs --problem and --data_dir "
                            "to encode inputs and decode output ids.")
@@ -150,7 +199,7 @@ def main(argv):
     encoders = registry.problem(FLAGS.problem, FLAGS.data_dir).feature_encoders(FLAGS.data_dir)
   lines = _read_input()  # before connecting
   make = make_rest_request_fn if FLAGS.rest else make_grpc_request_fn
-  request_fn = make(FLAGS.server, FLAGS.servable_name, FLAGS.signature, FLAGS.timeout_secs)
+  request_fn = make(FLAGS.server, FLAGS.servable_name, signature, FLAGS.timeout_secs, settings)
   try:
     outputs = translate(lines, request_fn, FLAGS.batch_size, encoders)
   except Exception as e:  # pylint: disable=broad-except

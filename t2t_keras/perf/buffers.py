@@ -11,8 +11,12 @@ all `decode_length` positions masked (XLA needs fixed shapes; the graph runtime
 does not): on a 2-core Zen 5 the prefix slices were 11% of a worst-case mixed
 bfloat16 decode's op time, the whole masked buffers would be read every step.
 
-Plain (`T2T_KERAS_PLAIN_OPS=1`): zeros and `tf.tensor_scatter_nd_update`
-(a copying scatter), and attention over the whole buffer with the mask.
+Plain (`T2T_KERAS_PLAIN_OPS=1`): zeros and a copying scatter
+(`tf.tensor_scatter_nd_update`; for 16-bit floats, which it has no GPU kernel
+for, a scatter into zeros and a select), and attention over the whole buffer
+with the mask. Every op of either path has GPU kernels for float32, bfloat16
+and float16 (`tests/test_export.py` checks the SavedModel's decode loop
+against the installed CUDA build's kernel registry).
 Whether a graph is compiled by XLA is read from TensorFlow's private
 `control_flow_util`, only here.
 """
@@ -58,9 +62,17 @@ def write_rows(buffer: tf.Tensor, rows: tf.Tensor, updates: tf.Tensor) -> tf.Ten
   Otherwise a scatter (under XLA performed in place; eagerly and plain, a copy:
   no caller's tensor is ever changed).
   """
-  if not _in_place():
+  if _in_place():
+    return tf.raw_ops.InplaceUpdate(x=buffer, i=rows, v=updates)
+  if buffer.dtype not in (tf.bfloat16, tf.float16) or in_xla_context():
     return tf.tensor_scatter_nd_update(buffer, rows[:, None], updates)
-  return tf.raw_ops.InplaceUpdate(x=buffer, i=rows, v=updates)
+  # TensorScatterUpdate has no GPU kernel for bfloat16/float16; ScatterNd and
+  # SelectV2 do. The rows are distinct, so the scatter into zeros only places.
+  shape = tf.shape(buffer, out_type=rows.dtype)
+  placed = tf.scatter_nd(rows[:, None], updates, shape)
+  written = tf.scatter_nd(rows[:, None], tf.ones_like(rows), shape[:1])
+  mask = tf.reshape(tf.cast(written, tf.bool), tf.concat([shape[:1], tf.ones_like(shape[1:])], 0))
+  return tf.where(mask, placed, buffer)
 
 
 def written_prefix(keys: tf.Tensor, values: tf.Tensor, bias: tf.Tensor,

@@ -70,7 +70,7 @@ def fused_layer_norm(x: tf.Tensor, scale: tf.Tensor, bias: tf.Tensor,
   Returns:
     `[..., depth]` in x's dtype.
   """
-  if perf.plain_ops():
+  if perf.plain_ops() or perf.in_portable_graph():  # no XLA in a SavedModel
     return _forward(x, scale, bias, epsilon)[0]
   depth = x.shape[-1]
   rows = tf.reshape(x, [-1, depth])

@@ -7,7 +7,8 @@ and fuses the max, exp and sum (on a 2-core Sapphire Rapids these TensorFlow
 ops were ~11% of a bfloat16 beam-search step's op time; compiled, the step ran
 6% faster). A graph-mode search thus runs this one small cluster with XLA,
 compiled once per batch size, while the model keeps TensorFlow's oneDNN
-kernels. Under XLA, eagerly, and plain (`T2T_KERAS_PLAIN_OPS=1`) it runs as it is.
+kernels. Under XLA, eagerly, plain (`T2T_KERAS_PLAIN_OPS=1`) and in a portable
+graph (the SavedModel: `perf.portable_graph`) it runs as it is.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ _compiled: Dict[Callable, Callable] = {}
 def compiled_extensions(extensions: Callable, logits: tf.Tensor, parent_log_probs: tf.Tensor,
                         k: int) -> tuple:
   """`extensions(logits, parent_log_probs, k)`, XLA-compiled in a graph-mode search."""
-  if perf.plain_ops() or in_xla_context() or tf.executing_eagerly():
+  if (perf.plain_ops() or perf.in_portable_graph() or in_xla_context() or
+      tf.executing_eagerly()):
     return extensions(logits, parent_log_probs, k)
   if extensions not in _compiled:
     _compiled[extensions] = tf.function(extensions, jit_compile=True)

@@ -57,7 +57,7 @@ def smoothed_xent(logits: tf.Tensor, labels: tf.Tensor, confidence: float,
     float32 `[...]`; the gradient comes back in the logits' dtype.
   """
   vocab_size = logits.shape[-1]
-  if perf.plain_ops():
+  if perf.plain_ops() or perf.in_portable_graph():  # no XLA in a SavedModel
     targets = tf.one_hot(labels, vocab_size, on_value=confidence, off_value=low)
     return tf.nn.softmax_cross_entropy_with_logits(labels=targets,
                                                    logits=tf.cast(logits, tf.float32))
