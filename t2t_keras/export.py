@@ -178,8 +178,18 @@ class ServingModule(tf.Module):
                            for k in beam_sizes}
 
   def _decode(self, ids: tf.Tensor, empty: tf.Tensor):
-    """ids int32 `[batch, length]` -> masked (ids, scores) as `decode_ids`."""
-    out, scores = decoding.decode_ids(self._model_fn(), ids, self.decode_hp, use_cache=True)
+    """ids int32 `[batch, length]` -> masked (ids, scores) as `decode_ids`.
+
+    The export's settings go in as `beam_<K>`'s defaults do, one per row: the same
+    arithmetic (a vector power for the length penalty rounds apart from a scalar
+    one), so a `beam_<K>` request without settings gives these outputs bit for bit.
+    """
+    hp = self.decode_hp
+    batch = tf.shape(ids)[0]
+    rows = decoding.RowSettings(tf.fill([batch], tf.constant(hp.alpha, tf.float32)),
+                                tf.fill([batch], hp.extra_length),
+                                tf.fill([batch], hp.beam_size if hp.return_beams else 1))
+    out, scores = decoding.decode_ids(self._model_fn(), ids, hp, use_cache=True, rows=rows)
     return _mask_empty(out, scores, empty)
 
   def _encode_text(self, inputs: tf.Tensor):

@@ -36,8 +36,8 @@ def forced_escape_ids(enc):
 def make_stub(forced):
   """decode_ids(model, inputs, decode_hp, ...) -> (forced + inputs, scores)."""
 
-  def decode_ids(model, inputs, decode_hp, use_cache=True, decode_length=None):
-    del model, use_cache, decode_length
+  def decode_ids(model, inputs, decode_hp, use_cache=True, decode_length=None, rows=None):
+    del model, use_cache, decode_length, rows  # rows: the export's settings, unused here
     inputs = tf.cast(inputs, tf.int32)
     batch = tf.shape(inputs)[0]
     ids = tf.concat([tf.tile(tf.constant([forced], tf.int32), [batch, 1]), inputs], axis=1)

@@ -1,19 +1,19 @@
-"""SavedModel export: fresh-process load == TextDecoder, op allow-list, clients, load.
+"""SavedModel export: fresh-process load == TextDecoder, op allow-list, versions, load.
+
+How a stock TF Serving runs the export (XLA disabled, session loader, warm-up, gRPC
+and REST, the query command, per-request settings): tests/test_tf_serving.py.
 
 One small model is trained and exported once per module (about 3 minutes in all).
 """
 
 import ast
-import base64
 import concurrent.futures
 import hashlib
-import http.server
 import json
 import os
 import re
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -57,16 +57,8 @@ FORBIDDEN_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 
 
 def _margin_of(run, lines, decode_hp=DECODE_HP, stop_early=True):
-  """near_ties' margin_of for `lines` decoded with `decode_hp` by the run's model
-  (stop_early False where every beam is returned: T2T's top_beams > 1). An empty
-  line has no choice to part at: inf, so any difference there fails."""
-  dhp = create_decode_hparams(decode_hp)
-  encode = decode_text.LineDecoder(run["encoders"], dhp)._encode  # TextDecoder's ids + EOS
-  rows = [encode(line)[0] for line in lines]
-  margin_of = near_ties.model_margin_of(run["model"], rows, dhp.beam_size, dhp.alpha,
-                                        dhp.extra_length, run["model"].target_vocab_size,
-                                        stop_early)
-  return lambda i: margin_of(i) if lines[i].strip() else float("inf")
+  """near_ties' margin_of for `lines` decoded with `decode_hp` by the run's model."""
+  return near_ties.text_margin_of(run["model"], run["encoders"], lines, decode_hp, stop_early)
 
 
 @pytest.fixture(scope="module")
@@ -254,93 +246,6 @@ def _predict(loaded, signature, inputs):
   return {k: v.numpy() for k, v in loaded.signatures[signature](**inputs).items()}
 
 
-@pytest.fixture(scope="module")
-def grpc_server(loaded):
-  import grpc
-  from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
-
-  class Servicer(prediction_service_pb2_grpc.PredictionServiceServicer):
-    def Predict(self, request, context):
-      inputs = {k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}
-      out = _predict(loaded, request.model_spec.signature_name or "serving_default", inputs)
-      response = predict_pb2.PredictResponse(model_spec=request.model_spec)
-      for key, value in out.items():
-        response.outputs[key].CopyFrom(tf.make_tensor_proto(value))
-      return response
-
-  server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
-  prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(Servicer(), server)
-  port = server.add_insecure_port("127.0.0.1:0")
-  server.start()
-  yield f"127.0.0.1:{port}"
-  server.stop(grace=None)
-
-
-def test_grpc_client_both_signatures(run, loaded, grpc_server):
-  lines = ["the big house", "", "a small green dog runs", "old"]
-  expected, _ = _translate(loaded, lines)
-  text_fn = query.make_grpc_request_fn(grpc_server, "tiny", "serving_default", 10)
-  # The client sends batches of 3 and 1: the expectation is built from the same
-  # batches, so the same kernels on the same shapes decode them, bit for bit.
-  in_threes = _translate(loaded, lines[:3])[0] + _translate(loaded, lines[3:])[0]
-  assert query.translate(lines, text_fn, batch_size=3) == in_threes
-  # One batch of 4 (the default batch_size 32), padded to the same length as the text
-  # signature's batch of 4: the same decode on the same shape, so exact.
-  example_fn = query.make_grpc_request_fn(grpc_server, "tiny", "serialized_example", 10)
-  assert query.translate(lines, example_fn, encoders=run["encoders"]) == expected
-  # The CLI's default --batch_size 32: one batch of 4, as `expected`, so exact.
-  cli = subprocess.run([sys.executable, "-m", "t2t_keras.cli.query", f"--server={grpc_server}",
-                        "--servable_name=tiny", "--timeout_secs=30"],
-                       input="\n".join(lines) + "\n", capture_output=True, text=True,
-                       env=ENV, cwd=REPO, timeout=120)
-  assert cli.returncode == 0, cli.stderr[-2000:]
-  assert cli.stdout.split("\n")[:-1] == expected
-
-
-def test_rest_client_and_command(loaded):
-  # Exact on every CPU: the stand-in server runs the in-process signature on the same batch.
-  class Handler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):  # TF Serving's row format: {"predictions": [{name: value}]}
-      assert self.path == "/v1/models/tiny:predict", self.path
-      body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-      signature = body["signature_name"]
-      values = [base64.b64decode(v["b64"]) if isinstance(v, dict) else v.encode()
-                for v in body["instances"]]
-      key = "input" if signature == "serialized_example" else "inputs"
-      out = _predict(loaded, signature, {key: tf.constant(values)})
-      rows = [{"outputs": o.decode() if isinstance(o, bytes) else o.tolist(),
-               "scores": float(s)} for o, s in zip(out["outputs"], out["scores"])]
-      data = json.dumps({"predictions": rows}).encode()
-      self.send_response(200)
-      self.send_header("Content-Length", str(len(data)))
-      self.end_headers()
-      self.wfile.write(data)
-
-    def log_message(self, *args):
-      pass
-
-  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-  thread = threading.Thread(target=server.serve_forever, daemon=True)
-  thread.start()
-  try:
-    lines = ["the new cat", "", "a big red house and the old dog"]
-    fn = query.make_rest_request_fn(f"127.0.0.1:{server.server_address[1]}", "tiny",
-                                    "serving_default", 10)
-    expected = _translate(loaded, lines)[0]
-    assert query.translate(lines, fn) == expected
-    # The command as docs/serving.md runs it against TF Serving's REST port.
-    cli = subprocess.run([sys.executable, "-m", "t2t_keras.cli.query", "--rest",
-                          f"--server=127.0.0.1:{server.server_address[1]}",
-                          "--servable_name=tiny", "--timeout_secs=30"],
-                         input="\n".join(lines) + "\n", capture_output=True, text=True,
-                         env=ENV, cwd=REPO, timeout=120)
-    assert cli.returncode == 0, cli.stderr[-2000:]
-    assert cli.stdout.split("\n")[:-1] == expected
-  finally:
-    server.shutdown()
-    server.server_close()
-
-
 def test_concurrent_requests_are_consistent(loaded):
   # Exact on every CPU: the same signature, shape and process serves every thread.
   sentences = ["the big house", "a red cat sees the old dog", "new", "blue and green", ""]
@@ -389,7 +294,9 @@ def test_exporter_cli_adds_version_2_and_warmup_parses(run, loaded):
     logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy())
             for r in tf.data.TFRecordDataset(path)]
     signatures = sorted(log.predict_log.request.model_spec.signature_name for log in logs)
-    assert signatures == ["serialized_example", "serving_default"]
+    # One request a signature: beam_<K> of the decode hparams' beam size by default.
+    assert signatures == [f"beam_{4 if version == '1' else 2}", "serialized_example",
+                          "serving_default"]
   # Version 2 returns both beams, as the Python decoder's tab-joined n-best list.
   lines = ["the big house", "", "a red cat sees the old dog"]
   outputs = tf.saved_model.load(os.path.join(run["export_dir"], "2")).signatures[
@@ -404,10 +311,18 @@ def test_exporter_cli_adds_version_2_and_warmup_parses(run, loaded):
   near_ties.assert_equal_or_near_tie(["\t".join(o.decode() for o in row) for row in outputs],
                                      expected, _margin_of(run, lines, BEAMS_HP, stop_early=False),
                                      SCORE_EPS, "version 2 beams vs TextDecoder")
-  for log in logs:  # the warm-up requests run on the model
+  version_2 = tf.saved_model.load(os.path.join(run["export_dir"], "2"))
+  from tensorflow.python.saved_model import loader_impl
+  signature_defs = loader_impl.parse_saved_model(
+      os.path.join(run["export_dir"], "2")).meta_graphs[0].signature_def
+  for log in logs:  # version 2's warm-up requests run on it
     request = log.predict_log.request
-    inputs = {k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}
-    out = _predict(loaded, request.model_spec.signature_name, inputs)
+    # The model server fills inputs a request leaves out from the signature's defaults;
+    # TensorFlow's Python signatures do not, so they are passed here.
+    defaults = signature_defs[request.model_spec.signature_name].defaults
+    inputs = {k: tf.constant(tf.make_ndarray(v))
+              for k, v in {**defaults, **request.inputs}.items()}
+    out = _predict(version_2, request.model_spec.signature_name, inputs)
     assert len(out["scores"]) == len(export.WARMUP_SENTENCES)
 
 

@@ -11,8 +11,11 @@ r"""t2t_keras_query: send sentences to a running TF Serving and print translatio
 The default signature takes raw text. `--signature_name=serialized_example`
 speaks T2T's protocol (int64 ids in tf.train.Examples, EOS appended here) and
 needs `--data_dir` (and `--problem`) to encode and decode with the vocabulary.
-`--alpha`, `--extra_length` and `--n_best` are sent, one value per sentence,
-to a `beam_<K>` signature (decode settings per request; see docs/serving.md).
+`--alpha`, `--extra_length` and `--n_best` go to a `beam_<K>` signature (decode
+settings per request; see docs/serving.md): all three are sent with one value
+per sentence, those not given with the signature's defaults read from the
+server's model metadata (TF Serving's REST API applies no defaults, and its
+batching needs every input to have the batch's rows).
 One output line per input line, in order (tab-separated hypotheses with
 return_beams or n_best > 1).
 """
@@ -36,7 +39,6 @@ flags.DEFINE_string("servable_name", None, "The --model_name given to tensorflow
 flags.DEFINE_string("signature_name", "serving_default",
                     "serving_default, serialized_example, or beam_<K> (decode settings per "
                     "request: --alpha, --extra_length, --n_best).")
-flags.DEFINE_alias("signature", "signature_name")
 flags.DEFINE_float("alpha", None, "beam_<K> signatures: the length penalty's exponent "
                    "(default: the export's).")
 flags.DEFINE_integer("extra_length", None, "beam_<K> signatures: output tokens beyond the "
@@ -48,8 +50,8 @@ flags.DEFINE_string("input_file", None, "Translate the lines of this file (defau
 flags.DEFINE_bool("rest", False, "Use the REST API (POST .../v1/models/<name>:predict).")
 flags.DEFINE_integer("timeout_secs", 10, "Per-request deadline in seconds.")
 flags.DEFINE_integer("batch_size", 32, "Sentences per request.")
-common_flags.define_once("string", "problem", None, "For --signature=serialized_example: the problem.")
-common_flags.define_once("string", "data_dir", None, "For --signature=serialized_example: its vocabulary.")
+common_flags.define_once("string", "problem", None, "For --signature_name=serialized_example: the problem.")
+common_flags.define_once("string", "data_dir", None, "For --signature_name=serialized_example: its vocabulary.")
 
 EXAMPLE_SIGNATURE = "serialized_example"
 SETTINGS = ("alpha", "extra_length", "n_best")
@@ -83,6 +85,43 @@ def make_grpc_request_fn(server: str, servable_name: str, signature: str,
     return {name: tf.make_ndarray(response.outputs[name]) for name in ("outputs", "scores")}
 
   return request_fn
+
+
+def signature_defaults(server: str, servable_name: str, signature: str, timeout_secs: float,
+                       rest: bool) -> dict:
+  """{input name: value} of `signature`'s SignatureDef defaults, from the server's model
+  metadata (gRPC GetModelMetadata, or REST GET .../metadata).
+
+  Raises:
+    KeyError: the model has no such signature (the message lists those it has).
+  """
+  import tensorflow as tf
+  from google.protobuf import json_format
+  from tensorflow.core.framework import tensor_pb2
+  if rest:
+    url = f"http://{server}/v1/models/{servable_name}/metadata"
+    with urllib.request.urlopen(url, timeout=timeout_secs) as response:
+      metadata = json.loads(response.read().decode("utf-8"))
+    signatures = metadata["metadata"]["signature_def"]["signature_def"]
+    defaults = {name: json_format.ParseDict(value, tensor_pb2.TensorProto())
+                for name, value in signatures.get(signature, {}).get("defaults", {}).items()}
+  else:
+    import grpc
+    from tensorflow_serving.apis import (get_model_metadata_pb2, model_pb2,
+                                         prediction_service_pb2_grpc)
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(server))
+    response = stub.GetModelMetadata(get_model_metadata_pb2.GetModelMetadataRequest(
+        model_spec=model_pb2.ModelSpec(name=servable_name), metadata_field=["signature_def"]),
+        timeout_secs)
+    signature_map = get_model_metadata_pb2.SignatureDefMap()
+    response.metadata["signature_def"].Unpack(signature_map)
+    signatures = signature_map.signature_def
+    defaults = dict(signatures[signature].defaults) if signature in signatures else {}
+  if signature not in signatures:
+    raise KeyError(f"the model has no signature {signature}; it has "
+                   f"{', '.join(sorted(s for s in signatures if not s.startswith('__')))}")
+  return {name: tf.make_ndarray(value).reshape(-1)[0].item()
+          for name, value in defaults.items()}
 
 
 def make_rest_request_fn(server: str, servable_name: str, signature: str,
@@ -193,11 +232,24 @@ def main(argv):
   encoders = None
   if signature == EXAMPLE_SIGNATURE:
     if not FLAGS.data_dir or not FLAGS.problem:
-      raise app.UsageError("--signature=serialized_example needs --problem and --data_dir "
+      raise app.UsageError("--signature_name=serialized_example needs --problem and --data_dir "
                            "to encode inputs and decode output ids.")
     from data_gen import registry
     encoders = registry.problem(FLAGS.problem, FLAGS.data_dir).feature_encoders(FLAGS.data_dir)
   lines = _read_input()  # before connecting
+  if settings_signature:
+    try:
+      defaults = signature_defaults(FLAGS.server, FLAGS.servable_name, signature,
+                                    FLAGS.timeout_secs, FLAGS.rest)
+    except KeyError as e:
+      raise app.UsageError(f"--signature_name={signature}: {e.args[0]} (t2t_keras_exporter "
+                           "--serving_beam_sizes chooses the beam_<K>).") from None
+    except Exception as e:  # pylint: disable=broad-except
+      message = _server_error(e)
+      if message is None:
+        raise
+      raise app.UsageError(message) from None
+    settings = {name: settings.get(name, defaults.get(name)) for name in SETTINGS}
   make = make_rest_request_fn if FLAGS.rest else make_grpc_request_fn
   request_fn = make(FLAGS.server, FLAGS.servable_name, signature, FLAGS.timeout_secs, settings)
   try:
