@@ -16,7 +16,7 @@ per micro-batch, so that each one's global norm is known.
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import keras
 import numpy as np
@@ -62,6 +62,23 @@ def create_strategy(name: Optional[str] = None,
     return tf.distribute.MirroredStrategy([d.name for d in gpus[:count]] or None)
   raise ValueError("distribution_strategy must be one_device, mirrored or "
                    f"multi_worker_mirrored, got {name!r}.")
+
+
+def _on_replica_device(fn: Callable) -> Callable:
+  """`fn` called under the device of the replica that calls it.
+
+  A compiled function's call is placed on its own, not in the replica's device
+  scope, so under MirroredStrategy every replica's call of one XLA function landed
+  on the first device and read the other replicas' variables across devices
+  ("Trying to access resource ... located in device CPU:1 from device CPU:0"); an
+  XLA cluster must run where its variables live.
+  """
+  def call(*args):
+    devices = tf.nest.flatten(tf.distribute.get_replica_context().devices)
+    with tf.device(devices[0]):
+      return fn(*args)
+
+  return call
 
 
 class Trainer:
@@ -195,7 +212,7 @@ class Trainer:
       # cross-replica all-reduce: compile the forward/backward pass (nearly all
       # of the FLOPs) and, on one device, the reduction and the update; keep
       # the rest outside.
-      replica_grads = tf.function(replica_grads, jit_compile=True)
+      replica_grads = _on_replica_device(tf.function(replica_grads, jit_compile=True))
       if isinstance(strategy, tf.distribute.OneDeviceStrategy):
         replica_reduce = tf.function(replica_reduce, jit_compile=True)
         replica_update = tf.function(replica_update, jit_compile=True)

@@ -1,6 +1,9 @@
 """MirroredStrategy over 2 logical CPUs with accumulation vs one device, a few steps.
 
-  python tests/scripts/mirrored_accumulate_steps.py <repo> <hparams> <steps> <out.npz>
+  python tests/scripts/mirrored_accumulate_steps.py <repo> <hparams> <steps> <out.npz> [jit]
+
+With `jit` the mirrored trainer compiles its step with XLA (`jit_compile=True`),
+the one device does not.
 
 Run as a script: logical devices must be configured before TensorFlow starts.
 Global micro-batch k of step s is step_utils.batches(2 * steps, seed=6)[2 s + k];
@@ -30,7 +33,9 @@ hparams, steps, out_path = sys.argv[2], int(sys.argv[3]), sys.argv[4]
 hp = create_hparams("transformer_tiny", hparams)
 assert hp.optimizer_multistep_accumulate_steps == 2, hparams
 spec = ModelSpec(40, 40, 3)
-mirrored = Trainer(hp, spec, tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+jit = sys.argv[5:] == ["jit"]
+mirrored = Trainer(hp, spec, tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]),
+                   jit_compile=jit)
 single = Trainer(hp, spec, tf.distribute.OneDeviceStrategy("/cpu:0"))
 single.model.set_weights(mirrored.model.get_weights())
 start = [np.array(w) for w in single.model.get_weights()]
