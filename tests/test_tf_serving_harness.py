@@ -179,15 +179,11 @@ def test_rest_errors_are_the_servers(server):
   assert server.rest("POST", "/v1/models/toy:explain", b"{}")[0] == 400
 
 
-def test_rest_model_status_and_metadata(server):
-  status, out = server.rest("GET", "/v1/models/toy")
-  assert status == 200
-  assert out["model_version_status"] == [
-      {"version": "12", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]
+def test_rest_model_metadata(server):
   status, out = server.rest("GET", "/v1/models/toy/metadata")
   assert status == 200 and out["model_spec"]["version"] == "12"
   assert "alpha" in out["metadata"]["signature_def"]["signature_def"]["serving_default"]["inputs"]
-  assert server.rest("GET", "/v1/models/other")[0] == 404
+  assert server.rest("GET", "/v1/models/other/metadata")[0] == 404
 
 
 def test_jit_model_fails_warm_up_unless_xla_is_enabled(models):

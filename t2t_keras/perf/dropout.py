@@ -16,6 +16,13 @@ every dtype, for half the generator work. Kept elements are scaled by
 
 With `T2T_KERAS_PLAIN_OPS=1` dropout is TensorFlow's `stateless_dropout` with
 the same seed (`dropout`), as Keras' `Dropout` runs it (`dropout_layer`).
+
+Replicas. Keras' seed generator keeps its state in a variable, mirrored across
+the replicas of a distribution strategy, so every replica would draw the same
+masks. T2T built one tower per GPU with its own random ops: independent masks.
+`replica_seed` folds the replica's id into the seed when there are several
+replicas, so each draws its own stream, reproducible from the random seed; one
+replica draws exactly as before (on either path).
 """
 
 from __future__ import annotations
@@ -71,22 +78,36 @@ def dropout(x: tf.Tensor, rate: float, seed: tf.Tensor, noise_shape=None) -> tf.
   return x * mask
 
 
+def replica_seed(seed: tf.Tensor) -> tf.Tensor:
+  """int32 `[2]` `seed` for this replica: `seed` itself with one replica in sync,
+  else `seed` with the replica's id (0 .. replicas - 1, across workers) folded in."""
+  context = tf.distribute.get_replica_context()
+  if context is None or context.num_replicas_in_sync == 1:
+    return seed
+  folded = tf.random.experimental.stateless_fold_in(seed, context.replica_id_in_sync_group)
+  return tf.cast(folded, tf.int32)
+
+
 def dropout_layer(layer: keras.layers.Dropout, inputs: tf.Tensor, training=False) -> tf.Tensor:
   """`layer`'s output: `dropout` seeded by the layer's seed generator when training.
 
-  Keras' own `Dropout.call` (the same seed generator) under `perf.plain_ops()`.
+  Keras' own `Dropout.call` (the same seed generator) under `perf.plain_ops()` with
+  one replica; with several, each replica's seed is its own (`replica_seed`).
 
   Args:
     layer: a `keras.layers.Dropout`.
     inputs: any shape, e.g. `[batch, length, depth]`.
     training: Python bool or None (None and False: identity).
   """
-  if perf.plain_ops():
+  context = tf.distribute.get_replica_context()
+  one_replica = context is None or context.num_replicas_in_sync == 1
+  if perf.plain_ops() and one_replica:
     return keras.layers.Dropout.call(layer, inputs, training=training)
   if not training or layer.rate <= 0:
     return inputs
   # SeedGenerator keeps an int64 state; stateless ops (and XLA) take int32.
   seed = tf.cast(tf.math.floormod(layer.seed_generator.next(), tf.int32.max - 1), tf.int32)
+  seed = replica_seed(seed)
   noise_shape = None
   if layer.noise_shape is not None:
     noise_shape = [tf.shape(inputs)[i] if d is None else d
