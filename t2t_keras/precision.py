@@ -44,6 +44,14 @@ def mode_for(activation_dtype: str, flag_mode: str, flag_given: bool) -> str:
   return wanted
 
 
+def set_tf32(allow: Optional[bool]) -> None:
+  """TensorFloat-32 for float32 matmuls and convolutions on GPUs that have it (A100,
+  H100): None keeps TensorFlow's default (on); False computes float32 as float32, as
+  T2T's float32 did on the GPUs of its time (they had no TF32). No effect on CPUs."""
+  if allow is not None:
+    tf.config.experimental.enable_tensor_float_32_execution(allow)
+
+
 def set_mixed_precision(mode: str, cpuinfo: Optional[str] = None) -> None:
   """Sets the global Keras policy for `mode`: none, bfloat16 or float16.
 

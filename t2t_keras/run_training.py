@@ -36,6 +36,8 @@ def train(*args, **kwargs):
     strategy: "one_device", "mirrored", "multi_worker_mirrored", a
       `tf.distribute.Strategy`, or None (mirrored on several GPUs, else one device).
     mixed_precision: "none", "bfloat16" or "float16"; None: hparams.activation_dtype's.
+    allow_tf32: TensorFloat-32 in float32 on GPUs that have it; None: TensorFlow's
+      default (on); False: exact float32, as T2T (`precision.set_tf32`).
     stop_signals: a `stopping.StopSignals` whose SIGTERM / Ctrl-C stop training with
       a checkpoint saved; None: none are caught.
     after_first_step: called once, after the first training step (the trainer
@@ -61,7 +63,8 @@ def train_and_summarize(problem: Optional[str] = None, hparams_set: Optional[str
           eval_steps: int = 100, local_eval_frequency: int = 1000,
           keep_checkpoint_max: int = 20, random_seed: Optional[int] = None,
           log_every_steps: int = 100, start_over: bool = False, jit_compile: bool = False,
-          mixed_precision: Optional[str] = None, decode_hparams: str = "",
+          mixed_precision: Optional[str] = None, allow_tf32: Optional[bool] = None,
+          decode_hparams: str = "",
           eval_bleu: bool = False, eval_bleu_max_lines: int = 200,
           decode_from_file: Optional[str] = None, decode_reference: Optional[str] = None,
           t2t_usr_dir: Optional[str] = None, stop_signals=None,
@@ -99,6 +102,7 @@ def train_and_summarize(problem: Optional[str] = None, hparams_set: Optional[str
     # hparams.activation_dtype may select the policy; set before any model is built.
     precision.set_mixed_precision(precision.mode_for(
         hp.activation_dtype, mixed_precision or "none", mixed_precision is not None))
+    precision.set_tf32(allow_tf32)
     config = experiment.RunConfig(
         output_dir=output_dir, train_steps=train_steps, eval_steps=eval_steps,
         local_eval_frequency=local_eval_frequency, keep_checkpoint_max=keep_checkpoint_max,

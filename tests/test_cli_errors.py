@@ -211,6 +211,15 @@ def test_exporter_export_dir_under_a_file(tiny_trained_run, files):
                 "t2t_keras_exporter", f"--export_dir={export_dir}")
 
 
+def test_exporter_bad_serving_beam_size(tiny_trained_run, tmp_path):
+  run_dir, data_dir = tiny_trained_run
+  for bad in ("0", "four"):
+    _assert_error(_run("t2t_keras_exporter", f"--output_dir={run_dir}", f"--data_dir={data_dir}",
+                       f"--export_dir={tmp_path / 'export'}", f"--serving_beam_sizes=1,{bad}"),
+                  "t2t_keras_exporter", "--serving_beam_sizes", repr(bad))
+  assert not (tmp_path / "export").exists()
+
+
 # --- the trainer and datagen ---------------------------------------------------------------
 
 

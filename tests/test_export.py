@@ -280,8 +280,8 @@ def test_exporter_cli_adds_version_2_and_warmup_parses(run, loaded):
   result = subprocess.run(
       [sys.executable, "-m", "t2t_keras.cli.exporter", f"--output_dir={run['run_dir']}",
        f"--data_dir={run['data_dir']}", f"--decode_hparams={BEAMS_HP}",
-       "--problem=translate_from_files"], capture_output=True, text=True, env=ENV, cwd=REPO,
-      timeout=300)
+       "--problem=translate_from_files", "--serving_beam_sizes=1,2"],
+      capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.strip().endswith(os.path.join(run["export_dir"], "2"))
   assert export.existing_versions(run["export_dir"]) == [1, 2]
@@ -294,9 +294,10 @@ def test_exporter_cli_adds_version_2_and_warmup_parses(run, loaded):
     logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy())
             for r in tf.data.TFRecordDataset(path)]
     signatures = sorted(log.predict_log.request.model_spec.signature_name for log in logs)
-    # One request a signature: beam_<K> of the decode hparams' beam size by default.
-    assert signatures == [f"beam_{4 if version == '1' else 2}", "serialized_example",
-                          "serving_default"]
+    # One request a signature: beam_<K> of the decode hparams' beam size by default,
+    # of each --serving_beam_sizes in version 2.
+    beams = ["beam_4"] if version == "1" else ["beam_1", "beam_2"]
+    assert signatures == beams + ["serialized_example", "serving_default"]
   # Version 2 returns both beams, as the Python decoder's tab-joined n-best list.
   lines = ["the big house", "", "a red cat sees the old dog"]
   outputs = tf.saved_model.load(os.path.join(run["export_dir"], "2")).signatures[

@@ -178,3 +178,20 @@ def test_float16_overflow_is_skipped_and_the_loss_scale_is_checkpointed(policy_r
   assert int(restored.optimizer.step_counter.numpy()) == 1
   moved = [np.abs(a - b).max() for a, b in zip(_state(restored)[0], start)]
   assert min(moved) > 0.5 * LR, moved  # Adam's first step: about lr on every variable
+
+
+def test_allow_tf32_sets_tensorflows_switch_and_unset_keeps_it():
+  """--allow_tf32 (`precision.set_tf32`): false gives exact float32 matmuls on GPUs
+  with TensorFloat-32 (T2T's float32), true allows TF32, unset keeps TensorFlow's."""
+  import tensorflow as tf
+  from t2t_keras import precision
+  before = tf.config.experimental.tensor_float_32_execution_enabled()
+  try:
+    precision.set_tf32(False)
+    assert not tf.config.experimental.tensor_float_32_execution_enabled()
+    precision.set_tf32(None)
+    assert not tf.config.experimental.tensor_float_32_execution_enabled()
+    precision.set_tf32(True)
+    assert tf.config.experimental.tensor_float_32_execution_enabled()
+  finally:
+    tf.config.experimental.enable_tensor_float_32_execution(before)

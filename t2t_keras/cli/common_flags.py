@@ -62,6 +62,10 @@ _EXPERIMENT = {
                               ["one_device", "mirrored", "multi_worker_mirrored"]),
     "mixed_precision": ("enum", "none", "Mixed precision (float16 uses loss scaling).",
                         ["none", "bfloat16", "float16"]),
+    "allow_tf32": ("bool", None,
+                   "TensorFloat-32 for float32 matmuls on GPUs that have it (A100, H100). "
+                   "Unset: TensorFlow's default, on. T2T's float32 was exact: "
+                   "--allow_tf32=false."),
     "jit_compile": ("bool", False,
                     "Compile the train step with XLA. Off by default: on every CPU measured "
                     "(docs/performance.md) XLA's train step was slower than the default graph "

@@ -68,6 +68,7 @@ def _check_and_train(signals: stopping.StopSignals):
       log_every_steps=FLAGS.log_every_steps, start_over=FLAGS.start_over,
       jit_compile=FLAGS.jit_compile,
       mixed_precision=FLAGS.mixed_precision if FLAGS["mixed_precision"].present else None,
+      allow_tf32=FLAGS.allow_tf32,
       decode_hparams=FLAGS.decode_hparams, eval_bleu=FLAGS.eval_bleu,
       eval_bleu_max_lines=FLAGS.eval_bleu_max_lines, decode_from_file=FLAGS.decode_from_file,
       decode_reference=FLAGS.decode_reference, t2t_usr_dir=FLAGS.t2t_usr_dir,
