@@ -31,6 +31,22 @@ from tests import gpu_kernels
 DECODE_ROOT = "__inference__decode_"
 ROWS_ROOT = "__inference__decode_rows_"
 DECODE_HP = "beam_size=2,alpha=0.6,extra_length=4"
+# The signatures' functions: serving_default, serialized_example and beam_<K> (`serve`).
+SERVING_ROOTS = ("__inference__serve_text_", "__inference__serve_examples_",
+                 "__inference_serve_")
+# Ops of the signatures outside the decode loop without a GPU kernel for their dtypes.
+HOST_OPS = frozenset({
+    # strings: normalisation, UTF-8 checks, output clean-up and messages
+    "Add", "AsString", "Const", "Equal", "GatherV2", "Rank", "Reshape", "SelectV2", "Size",
+    "StaticRegexFullMatch", "StaticRegexReplace", "StringJoin", "StringLength",
+    "StringSplitV2", "StringToNumber", "Substr", "UnicodeDecode", "UnicodeEncode",
+    "UnicodeTranscode", "UnsortedSegmentJoin",
+    # the subword vocabulary: tables and TF Text's tokenizers
+    "LookupTableFindV2", "RegexSplitWithOffsets", "WordpieceTokenizeWithOffsets",
+    # ragged int64 row arithmetic of tokenization, and Example parsing
+    "DenseBincount", "Fill", "RaggedGather", "RaggedTensorToTensor", "UnsortedSegmentMax",
+    "UnsortedSegmentMin", "UnsortedSegmentSum", "ParseExampleV2",
+})
 
 
 def _export(root, policy):
@@ -71,11 +87,8 @@ def _xla_marks(library):
   return marks
 
 
-# float32 plain ops is left out: the plain path has no XLA at all, and float32 is the
-# dtype every op of it has a GPU kernel for (the float32 speed-case export checks the rest).
-@pytest.mark.parametrize("policy,plain", [("float32", False), ("mixed_bfloat16", False),
-                                          ("mixed_bfloat16", True), ("mixed_float16", False),
-                                          ("mixed_float16", True)])
+@pytest.mark.parametrize("plain", [False, True], ids=["speed_cases", "plain_ops"])
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
 def test_export_needs_no_xla_and_its_decode_loop_has_gpu_kernels(policy, plain, tmp_path,
                                                                   monkeypatch):
   if plain:
@@ -101,6 +114,14 @@ def test_export_needs_no_xla_and_its_decode_loop_has_gpu_kernels(policy, plain, 
              if node.op == write}
   assert dtype.as_datatype_enum in written, (write, written)
   assert gpu_kernels.missing_gpu_kernels(library, functions) == []
+  # Before and after the loop: tokenization, detokenization and Example parsing, which
+  # run on the host (strings, tables, ragged int64 index arithmetic); nothing else.
+  serving = set()
+  for prefix in SERVING_ROOTS:
+    serving |= gpu_kernels.reachable_functions(
+        library, gpu_kernels.root_functions(library, prefix))
+  host = {m[2] for m in gpu_kernels.missing_gpu_kernels(library, serving - functions)}
+  assert "WordpieceTokenizeWithOffsets" in host and host <= HOST_OPS, sorted(host - HOST_OPS)
 
 
 def test_the_checks_see_what_they_look_for(tmp_path):
