@@ -122,10 +122,11 @@ def _kernel_defs(op):
   return tuple(kernels.get_registered_kernels_for_op(op).kernel)
 
 
-def has_gpu_kernel(op, attrs):
-  """Whether a GPU (or, failing that, DEFAULT) KernelDef of `op` matches `attrs`."""
+def has_gpu_kernel(op, attrs, device_types=None):
+  """Whether a GPU (or, failing that, DEFAULT) KernelDef of `op` matches `attrs`;
+  `device_types` instead of those, e.g. ("XLA_GPU_JIT",) inside an XLA function."""
   kernel_defs = _kernel_defs(op)
-  for device_type in GPU_DEVICE_TYPES:
+  for device_type in device_types or GPU_DEVICE_TYPES:
     if any(k.device_type == device_type and _kernel_matches(k, attrs) for k in kernel_defs):
       return True
   return False
@@ -136,7 +137,24 @@ def _dtype_names(attrs):
                  else dtypes.as_dtype(value).name) for name, value in attrs.items()}
 
 
-def missing_gpu_kernels(library, function_names, host_ops=()):
+def graph_library(graph_def, name="__graph__"):
+  """A traced graph's function library plus its top-level nodes as function `name`,
+  so that `missing_gpu_kernels` reads a tf.function's own graph as a library function."""
+  from tensorflow.core.framework import function_pb2  # pylint: disable=g-import-not-at-top
+  library = {f.signature.name: f for f in graph_def.library.function}
+  library[name] = function_pb2.FunctionDef(node_def=graph_def.node)
+  return library
+
+
+def xla_functions(library, function_names):
+  """Those of `function_names` that XLA compiles (`_XlaMustCompile`), with every function
+  they reach: their ops need an XLA_GPU_JIT kernel, not a GPU one."""
+  roots = [n for n in function_names
+           if "_XlaMustCompile" in library[n].attr and library[n].attr["_XlaMustCompile"].b]
+  return reachable_functions(library, roots)
+
+
+def missing_gpu_kernels(library, function_names, host_ops=(), device_types=None):
   """Nodes of `function_names` that have no GPU kernel for their dtypes.
 
   Skipped: calls of library functions (check those functions themselves),
@@ -157,6 +175,6 @@ def missing_gpu_kernels(library, function_names, host_ops=()):
         missing.append((function_name, node.name, node.op, {}))
         continue
       attrs = _type_attrs(node)
-      if not has_gpu_kernel(node.op, attrs):
+      if not has_gpu_kernel(node.op, attrs, device_types):
         missing.append((function_name, node.name, node.op, _dtype_names(attrs)))
   return sorted(missing, key=lambda m: m[:3])
