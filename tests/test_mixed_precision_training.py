@@ -23,6 +23,7 @@ HPARAMS = ("num_hidden_layers=1,hidden_size=16,filter_size=32,num_heads=2,"
            "layer_prepostprocess_dropout=0,attention_dropout=0,relu_dropout=0,"
            f"learning_rate_schedule=constant,learning_rate_constant={LR}")
 U = 2.0 ** -9  # bfloat16's unit roundoff: 8 significand bits, round to nearest
+UNIT_ROUNDOFF = {"bfloat16": U, "float16": 2.0 ** -11}  # float16: 11 significand bits
 # bfloat16 roundings on a path from the weights to the logits of this 1+1-layer
 # model: the casts of embedding and kernels, and per sublayer the layer norm,
 # the projections, the attention logits, softmax and weighted sum, the FFN's two
@@ -52,24 +53,24 @@ def _grads(trainer, batch):
   return [g.numpy() for g in grads]
 
 
-def _bfloat16_step(changes=None, copy=True):
-  """(float32 trainer, bfloat16 trainer, start weights, batch, float32 logits):
-  the bfloat16 trainer has hparams `changes` and, if `copy`, float32's weights."""
+def _bfloat16_step(changes=None, copy=True, mode="bfloat16"):
+  """(float32 trainer, `mode` trainer, start weights, batch, float32 logits): the
+  mixed-precision trainer has hparams `changes` and, if `copy`, float32's weights."""
   batch = concat(batches(3, seed=1))
   tf.keras.utils.set_random_seed(0)
   f32 = _trainer()
   start = [np.array(w) for w in f32.model.get_weights()]
   logits = f32.model({k: tf.constant(v) for k, v in batch.items()}, training=False).numpy()
-  precision.set_mixed_precision("bfloat16")
+  precision.set_mixed_precision(mode)
   bf16 = _trainer(**(changes or {}))
   if copy:
     bf16.model.set_weights(start)
   return f32, bf16, start, batch, logits
 
 
-def _check_against_float32(f32, bf16, start, batch, logits):
+def _check_against_float32(f32, bf16, start, batch, logits, U=U):  # pylint: disable=invalid-name
   g32 = _grads(f32, batch)
-  g16 = _grads(bf16, batch)
+  g16 = _grads(bf16, batch)  # float16: scaled by the loss scale, a power of 2 (signs kept)
   out32, out16 = one_step(f32, [batch]), one_step(bf16, [batch])
   assert abs(out16["loss"] - out32["loss"]) <= 2 * K * U * np.abs(logits).max()
   hp = f32.hparams
@@ -118,6 +119,16 @@ def test_bfloat16_step_matches_float32_within_rounding(policy_reset):
   w - update; everywhere, |update| <= lr.
   """
   _check_against_float32(*_bfloat16_step())
+
+
+def test_float16_step_matches_float32_within_rounding(policy_reset):
+  """One mixed_float16 step (dynamic loss scaling) against float32: the bfloat16
+  test's bounds with float16's unit roundoff 2^-11. The loss scale is a power of 2,
+  so scaling and unscaling the gradients round nothing (no overflow at this size:
+  the step is applied, checked below)."""
+  f32, f16, start, batch, logits = _bfloat16_step(mode="float16")
+  _check_against_float32(f32, f16, start, batch, logits, U=UNIT_ROUNDOFF["float16"])
+  assert f16.step == 1  # not skipped for an overflow
 
 
 @pytest.mark.parametrize("changes, copy", [({"learning_rate_constant": 2 * LR}, True),
