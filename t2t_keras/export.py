@@ -186,11 +186,13 @@ class ServingModule(tf.Module):
     """
     hp = self.decode_hp
     batch = tf.shape(ids)[0]
-    rows = decoding.RowSettings(tf.fill([batch], tf.constant(hp.alpha, tf.float32)),
-                                tf.fill([batch], hp.extra_length),
-                                tf.fill([batch], hp.beam_size if hp.return_beams else 1))
-    out, scores = decoding.decode_ids(self._model_fn(), ids, hp, use_cache=True, rows=rows)
-    return _mask_empty(out, scores, empty)
+    return self._decode_rows(hp, ids, empty, tf.fill([batch], tf.constant(hp.alpha, tf.float32)),
+                             tf.fill([batch], hp.extra_length),
+                             tf.fill([batch], self._default_n_best(hp.beam_size)))
+
+  def _default_n_best(self, beam_size: int) -> int:
+    """Hypotheses returned without an `n_best`: all with return_beams, else the best."""
+    return beam_size if self.decode_hp.return_beams else 1
 
   def _encode_text(self, inputs: tf.Tensor):
     """tf.string `[batch]` -> (valid UTF-8 `[batch]`, no tokens `[batch]`, pieces
@@ -237,7 +239,7 @@ class ServingModule(tf.Module):
 
     decode = tf.function(_decode_rows, input_signature=ids_spec + [
         tf.TensorSpec([None], spec.dtype) for spec in row_specs])
-    n_best = beam_size if self.decode_hp.return_beams else 1
+    n_best = self._default_n_best(beam_size)
     alpha_default = tf.constant([self.decode_hp.alpha], tf.float32)
     extra_default = tf.constant([self.decode_hp.extra_length], tf.int32)
     n_best_default = tf.constant([n_best], tf.int32)
@@ -250,7 +252,7 @@ class ServingModule(tf.Module):
 
   def _decode_rows(self, hp: DecodeHParams, ids: tf.Tensor, empty: tf.Tensor,
                    alpha: tf.Tensor, extra_length: tf.Tensor, n_best: tf.Tensor):
-    """`_decode` with each row's settings: ids `[batch, beams, length]`, scores `[batch, beams]`."""
+    """Masked (ids, scores) of `decode_ids` with each row's settings `[batch]`."""
     rows = decoding.RowSettings(alpha, extra_length, n_best)
     out, scores = decoding.decode_ids(self._model_fn(), ids, hp, use_cache=True, rows=rows)
     return _mask_empty(out, scores, empty)
