@@ -43,7 +43,7 @@ import tensorflow as tf
 
 from t2t_keras import checkpoints, errors
 from t2t_keras import inputs as inputs_lib
-from t2t_keras import run_dir, training
+from t2t_keras import perf, run_dir, training
 from t2t_keras.run_layout import RunDir
 from t2t_keras.training import Trainer
 
@@ -241,9 +241,12 @@ class Experiment:
     hp = self.trainer.hparams
     seed = self.config.random_seed
 
+    pad_to_bucket = perf.step_compiles_per_shape(self.trainer.jit_compile)
+
     def dataset_fn(ctx: tf.distribute.InputContext):
       return worker_dataset(pattern, hp, mode, ctx, seed,
-                            drop_counter=self.dropped if mode == "train" else None)
+                            drop_counter=self.dropped if mode == "train" else None,
+                            pad_to_bucket=pad_to_bucket)
 
     return self.trainer.strategy.distribute_datasets_from_function(dataset_fn)
 
@@ -401,20 +404,22 @@ class Experiment:
 
 def worker_dataset(pattern: str, hparams, mode: str, ctx: tf.distribute.InputContext,
                    seed: Optional[int], drop_counter: Optional[tf.Variable] = None,
-                   repeat: Optional[bool] = None) -> tf.data.Dataset:
+                   repeat: Optional[bool] = None, pad_to_bucket: bool = False) -> tf.data.Dataset:
   """The batches of input pipeline `ctx.input_pipeline_id` (one per worker).
 
   Each pipeline reads its own part of the records, split before any shuffle
   (`inputs.shard_files`), then shuffles, batches and (in training) repeats it, so
   that with or without a seed the workers' epochs are disjoint and together hold
   every example once; evaluation thus sees each example once over all workers.
-  `repeat` overrides make_dataset's default (tests read one epoch).
+  `repeat` overrides make_dataset's default (tests read one epoch);
+  `pad_to_bucket` is make_dataset's (for steps that compile per shape).
   """
   return inputs_lib.make_dataset(pattern, hparams, mode, seed=seed,
                                  deterministic=seed is not None, repeat=repeat,
                                  drop_counter=drop_counter,
                                  num_shards=ctx.num_input_pipelines,
-                                 shard_index=ctx.input_pipeline_id)
+                                 shard_index=ctx.input_pipeline_id,
+                                 pad_to_bucket=pad_to_bucket)
 
 
 def _is_chief(strategy) -> bool:

@@ -8,19 +8,21 @@ WORDS = {"the": "der", "a": "ein", "house": "Haus", "cat": "Katze", "dog": "Hund
          "green": "grün", "blue": "blau", "and": "und", "old": "alt", "new": "neu"}
 
 
-def write_parallel(path_prefix: str, count: int, seed: int):
+def write_parallel(path_prefix: str, count: int, seed: int, max_words: int = 9):
   rng = random.Random(seed)
   words = sorted(WORDS)
   with open(path_prefix + ".en", "w", encoding="utf-8") as en, \
       open(path_prefix + ".de", "w", encoding="utf-8") as de:
     for _ in range(count):
-      sentence = [rng.choice(words) for _ in range(rng.randint(2, 9))]
+      sentence = [rng.choice(words) for _ in range(rng.randint(2, max_words))]
       en.write(" ".join(sentence) + "\n")
       de.write(" ".join(WORDS[w] for w in sentence) + "\n")
 
 
-def make_tiny_problem(root: str, train: int = 2000, dev: int = 64):
+def make_tiny_problem(root: str, train: int = 2000, dev: int = 64, max_words: int = 9):
   """Writes text files and generates `translate_from_files` into root/data.
+
+  Sentences have 2 to `max_words` words.
 
   Returns:
     data_dir.
@@ -28,7 +30,7 @@ def make_tiny_problem(root: str, train: int = 2000, dev: int = 64):
   from data_gen.translate_from_files import TranslateFromFiles
   text = os.path.join(root, "text")
   os.makedirs(text, exist_ok=True)
-  write_parallel(os.path.join(text, "train"), train, seed=1)
+  write_parallel(os.path.join(text, "train"), train, seed=1, max_words=max_words)
   write_parallel(os.path.join(text, "dev"), dev, seed=2)
   write_parallel(os.path.join(text, "test"), dev, seed=3)
   problem = TranslateFromFiles(

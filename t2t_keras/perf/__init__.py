@@ -63,6 +63,16 @@ def in_portable_graph() -> bool:
   return getattr(_tracing, "portable", 0) > 0
 
 
+def step_compiles_per_shape(jit_compile: bool) -> bool:
+  """Whether a train or eval step holds XLA, which compiles once per input shape.
+
+  It does under `jit_compile`, and otherwise through the fused layer norm and
+  cross-entropy unless `plain_ops()`; the input pipeline then pads batches to
+  their bucket's length (`inputs.make_dataset(pad_to_bucket=True)`).
+  """
+  return bool(jit_compile) or not plain_ops()
+
+
 def plain_ops() -> bool:
   """Whether every case takes stock TensorFlow/Keras ops (`T2T_KERAS_PLAIN_OPS=1`).
 
