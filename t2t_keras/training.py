@@ -74,8 +74,13 @@ def _on_replica_device(fn: Callable) -> Callable:
   XLA cluster must run where its variables live.
   """
   def call(*args):
-    devices = tf.nest.flatten(tf.distribute.get_replica_context().devices)
-    with tf.device(devices[0]):
+    ctx = tf.distribute.get_replica_context()
+    local = ctx.strategy.extended.worker_devices  # this worker's, one per local replica
+    # `ctx.devices` indexes the local devices by the global replica id, which fails on
+    # every worker but the first under MultiWorkerMirroredStrategy; the replicas of a
+    # worker are numbered consecutively, so the id modulo their count is the local one.
+    replica = int(tf.get_static_value(ctx.replica_id_in_sync_group))  # a constant tensor
+    with tf.device(local[replica % len(local)]):
       return fn(*args)
 
   return call

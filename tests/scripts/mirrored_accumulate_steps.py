@@ -6,7 +6,7 @@ With `jit` the mirrored trainer compiles its step with XLA (`jit_compile=True`),
 the one device does not.
 
 Run as a script: logical devices must be configured before TensorFlow starts.
-Global micro-batch k of step s is step_utils.batches(2 * steps, seed=6)[2 s + k];
+Global micro-batch k of step s is step_utils.batches(2 * steps, seed=6, shapes=2)[2 s + k];
 replica r's micro-batch k is its r-th block of rows (step_utils.split_rows), and
 the one device is fed the blocks re-joined. `hparams` must accumulate 2
 micro-batches. Writes both trainers' start and final weights and per-step
@@ -39,7 +39,7 @@ mirrored = Trainer(hp, spec, tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]
 single = Trainer(hp, spec, tf.distribute.OneDeviceStrategy("/cpu:0"))
 single.model.set_weights(mirrored.model.get_weights())
 start = [np.array(w) for w in single.model.get_weights()]
-micro = batches(2 * steps, seed=6)
+micro = batches(2 * steps, seed=6, shapes=2)
 # One input pipeline: each next() hands element r to replica r.
 per_replica = [block for b in micro for block in split_rows(b, 2)]
 got = run_steps(mirrored, per_replica, steps)

@@ -13,12 +13,17 @@ LINEAR_ADAM = ("layer_prepostprocess_dropout=0,attention_dropout=0,relu_dropout=
                "optimizer_adam_epsilon=10")
 
 
-def batches(count, seed, vocab=40):
-  """`count` batches of different sizes and lengths, with padding."""
+def batches(count, seed, vocab=40, shapes=None):
+  """`count` batches of different sizes and lengths, with padding.
+
+  With `shapes`, batch k has the shape of batch k % shapes (a compiled step then
+  compiles `shapes` times, as for batches padded to a few buckets).
+  """
   rng = np.random.default_rng(seed)
   out = []
   for k in range(count):
-    n, li, lt = 2 + k, 5 + 2 * k, 4 + k
+    j = k if shapes is None else k % shapes
+    n, li, lt = 2 + j, 5 + 2 * j, 4 + j
     inputs = rng.integers(2, vocab, size=(n, li))
     targets = rng.integers(2, vocab, size=(n, lt))
     inputs[0, li - 2:] = 0
