@@ -10,6 +10,13 @@ file. Every temporary is named by one rule, `temp_path`:
 the leftovers of a killed writer are told from a live writer's by that host and
 pid (`abandoned`). A new file gets mode `0o666 & ~umask`, as `open()` gives.
 
+What the final path names decides how it is written (`output_file`,
+`output_directory`), before anything is: a character or block device or a FIFO
+(`/dev/null`, `/dev/stdout`, a named pipe) is opened and written in place, with no
+temporary and no rename, as a shell redirection would; a symbolic link is followed
+and its final target written as above, so the link stays; a directory given for
+a file (or a file for a directory) raises `OutputPathError`, one line naming it.
+
 Reading: UTF-8 text split at a delimiter (default a newline, where `\\r\\n`
 counts as one terminator); only the terminator is removed, and a final
 terminator does not start another line. Invalid UTF-8 raises a `ValueError`
@@ -28,6 +35,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import time
 from typing import IO, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -43,6 +51,13 @@ _OLD_IMPORT = re.compile(r".+\.tmp-import-([0-9]+)")
 _OLD_ORPHANS = re.compile(r"\.tmp_vocab_.*|.*%s" % re.escape(TMP_SUFFIX))
 # What readers skip: the names above, and any other temp-looking name.
 _TEMPORARY = re.compile(r"(%s|\.tmp[-_][^/]*)$|^\.tmp" % re.escape(TMP_SUFFIX))
+
+
+class OutputPathError(ValueError):
+  """An output path that names something other than what is to be written there (a
+  directory for a file, a file for a directory, a socket, a link into a missing
+  directory). Its message is one line naming the path; the commands print it and
+  exit with status 2."""
 
 
 def _host() -> str:
@@ -184,6 +199,60 @@ def remove_quietly(paths: Iterable[str]) -> None:
       logging.warning("could not remove %s: %s", path, e)
 
 
+def _follow(path: str) -> Tuple[Optional[int], str]:
+  """(st_mode of what local `path` names, links followed, or None if nothing; the
+  path to write it at: a link's final target, else `path`)."""
+  try:
+    mode = os.stat(path).st_mode
+  except (FileNotFoundError, NotADirectoryError):
+    mode = None  # new; a missing parent is made, a file as parent fails, as before
+  if not os.path.islink(path):
+    return mode, path
+  target = os.path.realpath(path)
+  if mode is None and not os.path.isdir(os.path.dirname(target)):
+    # Making directories elsewhere than the named path's parent would surprise.
+    raise OutputPathError(f"{path} is a symbolic link to {target}, whose directory does "
+                          "not exist; create that directory or give another path")
+  return mode, target
+
+
+def output_file(path: str) -> Tuple[str, bool]:
+  """Where writing the file `path` goes: (the path to write, whether in place).
+
+  A character or block device or a FIFO: (`path`, True), to open and write as it
+  is (renaming a file over it would remove the device node, or leave the pipe's
+  reader waiting). A symbolic link: (its final target, False), created if missing
+  and its directory exists. Otherwise, or for `scheme://` paths: (`path`, False).
+
+  Raises:
+    OutputPathError: `path` is a directory or a socket, or a link whose target's
+      directory does not exist.
+  """
+  if _is_remote(path):
+    return path, False
+  mode, target = _follow(path)
+  if mode is None or stat.S_ISREG(mode):
+    return target, False
+  if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode):
+    return path, True  # opened through the link, if any: /dev/stdout -> /proc/self/fd/1
+  what = "a directory" if stat.S_ISDIR(mode) else "not a file (a socket?)"
+  raise OutputPathError(f"{path} is {what}; give the path of a file to write")
+
+
+def output_directory(path: str) -> str:
+  """Where writing the local directory `path` goes: a symbolic link's final target
+  (so that the link stays, as for files), else `path`.
+
+  Raises:
+    OutputPathError: `path` exists and is not a directory, or is a link whose
+      target's directory does not exist.
+  """
+  mode, target = _follow(path)
+  if mode is not None and not stat.S_ISDIR(mode):
+    raise OutputPathError(f"{path} is not a directory; give the path of a directory to write")
+  return target
+
+
 @contextlib.contextmanager
 def atomic_path(path: str) -> Iterator[str]:
   """Yields a temporary path to write `path` at; renames it over `path` on success.
@@ -191,20 +260,29 @@ def atomic_path(path: str) -> Iterator[str]:
   For writers that take a path (e.g. `tf.io.TFRecordWriter`): they must be
   closed inside the `with` block. On an exception the temporary file is removed
   and the exception propagates. The parent directory is created if needed.
+  A device or FIFO is yielded itself and written in place; a symbolic link's
+  target is written (see `output_file`).
+
+  Raises:
+    OutputPathError: as `output_file`, before the `with` block runs.
   """
-  tmp = temp_path(path)
-  directory = os.path.dirname(path)
+  target, in_place = output_file(path)
+  if in_place:
+    yield path
+    return
+  tmp = temp_path(target)
+  directory = os.path.dirname(target)
   if directory:
-    if _is_remote(path):
+    if _is_remote(target):
       _gfile().makedirs(directory)
     else:
       os.makedirs(directory, exist_ok=True)
   try:
     yield tmp
-    if _is_remote(path):
-      _gfile().rename(tmp, path, overwrite=True)
+    if _is_remote(target):
+      _gfile().rename(tmp, target, overwrite=True)
     else:
-      os.replace(tmp, path)
+      os.replace(tmp, target)
   except BaseException:
     remove_quietly([tmp])
     raise
@@ -214,17 +292,23 @@ def atomic_path(path: str) -> Iterator[str]:
 def atomic_paths(paths: Sequence[str]) -> Iterator[List[str]]:
   """`atomic_path` for several local files that appear together (e.g. the shards of a split).
 
-  Yields their temporary paths, in order; once the `with` block ends, each is
-  renamed to its path (writers must be closed by then). On an exception all
-  temporary files are removed and the exception propagates.
+  Yields their temporary paths, in order (a device or FIFO: itself, written in
+  place); once the `with` block ends, each is renamed to its path, or its link's
+  target (writers must be closed by then). On an exception all temporary files
+  are removed and the exception propagates.
+
+  Raises:
+    OutputPathError: as `output_file`, for any of `paths`, before the `with` block runs.
   """
-  tmps = [temp_path(p) for p in paths]
+  targets = [output_file(p) for p in paths]
+  tmps = [p if in_place else temp_path(t) for p, (t, in_place) in zip(paths, targets)]
+  renamed = [(tmp, t) for tmp, (t, in_place) in zip(tmps, targets) if not in_place]
   try:
     yield tmps
-    for tmp, path in zip(tmps, paths):
-      os.replace(tmp, path)
+    for tmp, target in renamed:
+      os.replace(tmp, target)
   except BaseException:
-    remove_quietly(tmps)
+    remove_quietly([tmp for tmp, _ in renamed])  # never a device or FIFO
     raise
 
 
@@ -245,6 +329,11 @@ def atomic_directory(path: str,
   is renamed to `path`, which must not exist or be an empty directory. On an
   exception `tmp` is removed and the exception propagates.
 
+  A `path` that is a symbolic link is followed: the temporary is made beside
+  its final target and renamed over it (an empty directory, or a missing one in
+  an existing directory), so the link stays and still names the result, as for
+  files (`output_file`); `DirectoryWrite.path` stays `path`.
+
   Args:
     path: the directory to write.
     next_free: for a directory whose name is picked at the rename (a new export
@@ -253,22 +342,25 @@ def atomic_directory(path: str,
       temporary; the name chosen is in `DirectoryWrite.path` afterwards.
 
   Raises:
+    OutputPathError: `path` is not a directory (a file, a device, ...), or a
+      link whose target's directory is missing: before the `with` block runs.
     OSError: `path` exists and is not an empty directory (without `next_free`).
   """
-  write = DirectoryWrite(temp_path(path), path)
+  final = path if next_free else output_directory(path)
+  write = DirectoryWrite(temp_path(final), path)
   shutil.rmtree(write.tmp, ignore_errors=True)
   try:
     os.makedirs(write.tmp)
     yield write
     while True:
-      target = next_free() if next_free else path
+      target = next_free() if next_free else final
       try:
         os.rename(write.tmp, target)  # fails if target is a non-empty directory
       except OSError:
         if next_free is None or not os.path.exists(target):
           raise
         continue  # another writer took that name
-      write.path = target
+      write.path = target if next_free else path  # a link's name, not its target
       break
   except BaseException:
     shutil.rmtree(write.tmp, ignore_errors=True)

@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from data_gen import file_io
 from t2t_keras import checkpoints as checkpoints_lib
 from t2t_keras import errors, run_dir
 from t2t_keras.model import Transformer
+
+# A temporary untouched this long has no live writer, even one on another host.
+STALE_SECONDS = 24 * 3600
 
 
 def last_checkpoints(prefix_dir: str, num_last: int) -> List[str]:
@@ -116,7 +121,7 @@ def average_checkpoints(model: Transformer, paths: Sequence[str], output_path: s
     model: a built Transformer with the checkpoints' hparams.
     paths: checkpoint prefixes written by the trainer (checked first, see
       `check_averageable`, which raises).
-    output_path: prefix of the averaged checkpoint (written atomically by TF).
+    output_path: prefix of the averaged checkpoint (written atomically, see `_write`).
     model_source, log: see `check_averageable`.
   Returns:
     The path of the written checkpoint.
@@ -127,10 +132,40 @@ def average_checkpoints(model: Transformer, paths: Sequence[str], output_path: s
   checkpoint = tf.train.Checkpoint(model=model)
   total = None
   for path in paths:
-    checkpoint.read(path).expect_partial().assert_existing_objects_matched()
+    with checkpoints_lib.reading(path):  # a CRC mismatch in a checkpoint too big to verify
+      checkpoint.read(path).expect_partial().assert_existing_objects_matched()
     weights = [np.asarray(w, np.float64) for w in model.get_weights()]
     total = weights if total is None else [t + w for t, w in zip(total, weights)]
   model.set_weights([t / len(paths) for t in total])
-  tf.io.gfile.makedirs(os.path.dirname(output_path) or ".")
-  written = checkpoint.write(output_path)
-  return written
+  return _write(checkpoint, output_path)
+
+
+def _write(checkpoint: tf.train.Checkpoint, output_path: str) -> str:
+  """Writes `checkpoint` at the prefix `output_path`; returns it.
+
+  TF writes a save's shards into `<prefix>_temp/`, which a killed save leaves
+  and a rerun does not remove. So a local checkpoint is written in the directory
+  `file_io.temp_path(output_path)` (named by host and pid), and its files are
+  renamed into place, the index last (a checkpoint is read from its index).
+  Before that, what killed averagers left beside it goes: their temporaries
+  (`file_io.remove_abandoned`) and the `<output_path>_temp/` of older versions.
+  """
+  if "://" in output_path:
+    tf.io.gfile.makedirs(os.path.dirname(output_path))
+    return checkpoint.write(output_path)
+  directory = os.path.dirname(os.path.abspath(output_path))
+  os.makedirs(directory, exist_ok=True)
+  file_io.remove_abandoned(directory, STALE_SECONDS)
+  shutil.rmtree(output_path + "_temp", ignore_errors=True)
+  tmp = file_io.temp_path(output_path)
+  shutil.rmtree(tmp, ignore_errors=True)
+  base = os.path.basename(output_path)
+  try:
+    os.makedirs(tmp)
+    checkpoint.write(os.path.join(tmp, base))
+    names = [n for n in os.listdir(tmp) if n.startswith(base + ".")]
+    for name in sorted(names, key=lambda n: n.endswith(".index")):
+      os.replace(os.path.join(tmp, name), os.path.join(directory, name))
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+  return output_path

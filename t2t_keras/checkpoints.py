@@ -19,6 +19,9 @@ the file. Here:
   naming the variable.
 * `newest_loadable` picks the newest checkpoint that verifies and whose weights
   are finite, and says what was wrong with each newer one.
+* `reading` wraps every read of a checkpoint (a run's, an averaged one, T2T's):
+  TF's errors for a damaged file become a CheckpointError naming the file, which
+  the commands print as one line (exit status 2).
 """
 
 from __future__ import annotations
@@ -108,7 +111,67 @@ def verify_checkpoint(prefix: str, full_read: Optional[bool] = None) -> None:
       for name in reader.get_variable_to_shape_map():
         reader.get_tensor(name)
     except (tf.errors.OpError, IndexError, ValueError) as e:
-      raise CheckpointError(f"{prefix} does not read back ({_first_line(e)})") from None
+      raise _unreadable(prefix, e) from None
+
+
+@contextlib.contextmanager
+def reading(prefix: str) -> Iterator[None]:
+  """Around TF's reading of checkpoint `prefix` (a restore, a CheckpointReader): the
+  errors TF gives for a damaged file become a CheckpointError naming the file.
+
+  TF's own messages name no file ("Read less bytes than requested" for a shard cut
+  short, "not an sstable (bad magic number)" for a garbled index) or only the
+  prefix and a shard number (a CRC mismatch, which `verify_checkpoint` leaves to
+  the first read of a checkpoint above FULL_READ_BYTES). Other errors propagate.
+  """
+  try:
+    yield
+  except (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError,
+          tf.errors.UnknownError, IndexError) as e:
+    silence_unrestored_warnings(e)
+    raise read_error(prefix, e) from None
+  except tf.errors.OpError as e:
+    if type(e) is not tf.errors.OpError:  # pylint: disable=unidiomatic-typecheck
+      raise
+    silence_unrestored_warnings(e)
+    raise read_error(prefix, e) from None  # CheckpointReader's errors have no code
+
+
+def silence_unrestored_warnings(error: BaseException) -> None:
+  """Marks the restore that raised `error` as partial, so that TensorFlow does not
+  log its unrestored values at exit under a one-line error (its status object is
+  never returned)."""
+  tb = error.__traceback__
+  while tb is not None:
+    for value in tb.tb_frame.f_locals.values():
+      if hasattr(value, "expect_partial_attr"):  # the restore coordinator
+        value.expect_partial = True
+    tb = tb.tb_next
+
+
+def read_error(prefix: str, error: BaseException) -> CheckpointError:
+  """The CheckpointError for TF's `error` in reading checkpoint `prefix`: a missing,
+  short or garbled file as `verify_checkpoint` names it, else the data shard TF
+  names (else the prefix) with what TF found."""
+  try:
+    verify_checkpoint(prefix, full_read=False)
+  except CheckpointError as found:
+    return found
+  return _unreadable(prefix, error)
+
+
+def _unreadable(prefix: str, error: BaseException) -> CheckpointError:
+  what = _first_line(error)
+  # Graph-mode decoration: "{{function_node ...}} <message> [Op:RestoreV2]".
+  what = re.sub(r"^\{\{.*?\}\}\s*|\s*\[Op:\w+\]$", "", what)
+  where = prefix
+  shard = re.match(r"TensorBundle at .* shard (\d+) \(\d+ bytes\): (.*)$", what)
+  if shard:
+    pattern = re.compile(r"\.data-%05d-of-\d{5}$" % int(shard.group(1)))
+    named = [p for p in checkpoint_files(prefix) if pattern.search(p)]
+    if named:
+      where, what = named[0], shard.group(2)
+  return CheckpointError(f"{where} does not read back ({what}): the file is damaged")
 
 
 def model_variables(prefix: str) -> Dict[str, Tuple[str, List[int]]]:
@@ -164,8 +227,8 @@ def check_finite_weights(prefix: str) -> None:
       value = reader.get_tensor(key)
       if not np.isfinite(value).all():
         bad.append((name, "NaN" if np.isnan(value).any() else "inf"))
-  except (tf.errors.OpError, ValueError) as e:  # e.g. a CRC mismatch in a big checkpoint
-    raise CheckpointError(f"{prefix} does not read back ({_first_line(e)})") from None
+  except (tf.errors.OpError, IndexError, ValueError) as e:  # e.g. a CRC mismatch in a big one
+    raise _unreadable(prefix, e) from None
   if bad:
     (name, kind), more = bad[0], len(bad) - 1
     others = f" (and {more} other variable{'s' if more > 1 else ''})" if more else ""

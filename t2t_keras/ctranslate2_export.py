@@ -221,15 +221,21 @@ def export(model, vocab_files: Dict[str, str], export_dir: str,
     model: a built Transformer with its trained weights.
     vocab_files: {"inputs": path, "targets": path} subword vocabularies, copied beside it.
     export_dir: the directory to write (its parent is created if missing): new, empty,
-      or a previous export, which is replaced once the new one is complete.
+      or a previous export, which is replaced once the new one is complete. A
+      symbolic link's target is written (`file_io.output_directory`): the link stays.
     quantization: the stored weights' type (CTranslate2's: "int8", "int8_float32",
       "float16", ...); None keeps float32, which the decoder's compute_type may
       quantize on load.
   Returns:
     export_dir.
+
+  Raises:
+    file_io.OutputPathError: `export_dir` is a file.
+    FileExistsError: it holds files but is not an export.
   """
-  if os.path.isdir(export_dir) and os.listdir(export_dir) and not os.path.isfile(
-      os.path.join(export_dir, INFO_FILE)):
+  target = file_io.output_directory(export_dir)  # the old export is moved, not a link
+  if os.path.isdir(target) and os.listdir(target) and not os.path.isfile(
+      os.path.join(target, INFO_FILE)):
     raise FileExistsError(
         f"{export_dir} holds files but is not a CTranslate2 export of this project (no "
         f"{INFO_FILE}); give a new or empty directory: an export replaces its directory "
@@ -237,7 +243,7 @@ def export(model, vocab_files: Dict[str, str], export_dir: str,
   spec = build_spec(model)
   spec.validate()
   spec.optimize(quantization=quantization)
-  parent = os.path.dirname(os.path.abspath(export_dir))
+  parent = os.path.dirname(os.path.abspath(target))
   os.makedirs(parent, exist_ok=True)
   staging = tempfile.mkdtemp(prefix=".ctranslate2-", dir=parent)
   old = None
@@ -252,14 +258,14 @@ def export(model, vocab_files: Dict[str, str], export_dir: str,
     with open(os.path.join(staging, INFO_FILE), "w") as f:
       json.dump(info, f, indent=1, sort_keys=True)
     file_io.make_tree_readable(staging)
-    if os.path.isdir(export_dir):  # the previous export, moved aside until the new one is in
+    if os.path.isdir(target):  # the previous export, moved aside until the new one is in
       old = tempfile.mkdtemp(prefix=".ctranslate2-old-", dir=parent)
-      os.rename(export_dir, os.path.join(old, "export"))
-    os.rename(staging, export_dir)
+      os.rename(target, os.path.join(old, "export"))
+    os.rename(staging, target)
   except BaseException:
     shutil.rmtree(staging, ignore_errors=True)
-    if old is not None and not os.path.exists(export_dir):
-      os.rename(os.path.join(old, "export"), export_dir)
+    if old is not None and not os.path.exists(target):
+      os.rename(os.path.join(old, "export"), target)
     raise
   finally:
     if old is not None:

@@ -3,7 +3,8 @@ r"""Text in, text out: T2T's decode_from_file, scoring, and the BLEU eval hook.
 Lines are sorted by descending whitespace-token count (T2T's `_get_sorted_inputs`,
 so memory problems show early), decoded in batches, and written back in input
 order: exactly one output line per input line. Empty lines give empty lines
-without running the model.
+without running the model (with return_beams, as many empty hypotheses as the other
+lines have columns, each scored 0.0).
 
 Input length: by default no input is cut, whatever its length, as T2T's decoder
 and its serving input did: sinusoidal positions extend to any length, and a
@@ -32,7 +33,7 @@ import tensorflow as tf
 from data_gen import file_io, tokenizer
 from data_gen.text_encoder import EOS_ID, PAD_ID
 from t2t_keras import bleu as bleu_lib
-from t2t_keras import decoding
+from t2t_keras import decoding, ensemble, hparams_checks
 from t2t_keras.hparams import DecodeHParams
 from t2t_keras.model import Transformer
 from t2t_keras.perf import inference
@@ -128,6 +129,16 @@ class LineDecoder:
         parts.append(f"{score:.2f}")
     return "\t".join(parts)
 
+  def _empty_output(self) -> str:
+    """The line of an empty input, not decoded: "", or with return_beams as many empty
+    hypotheses as the others have (each scored 0.0, the SavedModel's score of an empty
+    row), so that every n-best line has its columns."""
+    if not self.decode_hp.return_beams:
+      return ""
+    beams = self.decode_hp.beam_size
+    return self._format([[]] * beams, [0.0] * beams,
+                        [""] * beams if self.decode_hp.return_alignments else None)
+
   def _start(self, count: int) -> None:
     """Called once per `decode_lines` with the number of lines to decode."""
 
@@ -157,7 +168,7 @@ class LineDecoder:
 
     prefixes: optional, one per line: the text each output starts with (its
     subwords forced, see `decoding.decode_ids`); "" decodes the line as without.
-    An empty input line still gives "".
+    An empty input line still gives "" (with return_beams, empty hypotheses).
     Raises:
       ValueError: prefixes not one per line, or an engine without prefixes.
     """
@@ -169,7 +180,7 @@ class LineDecoder:
         raise ValueError(f"one prefix per input line: got {len(prefixes)} prefixes for "
                          f"{len(lines)} lines.")
     self.truncated = self.cleaned = 0
-    outputs = [""] * len(lines)
+    outputs = [self._empty_output()] * len(lines)
     todo = [i for i, line in enumerate(lines) if tokenizer.normalize_input(line)]
     # T2T: longest first by whitespace tokens; stable for equal lengths.
     todo.sort(key=lambda i: -len(lines[i].split()))
@@ -247,12 +258,10 @@ class TextDecoder(LineDecoder):
                log: Callable[[str], None] = print):
     super().__init__(encoders, decode_hp, log)
     self.model = model
-    if decode_hp.return_alignments:  # a layer or head the model lacks: before decoding
-      from t2t_keras import alignments
-      try:
-        alignments.check_selection(model, decode_hp.alignment_layer, decode_hp.alignment_heads)
-      except ValueError as e:
-        raise ValueError(f"decode_hparams.alignment_layer/alignment_heads: {e}") from None
+    if decode_hp.return_alignments or decode_hp.sampling_keep_top_k != -1:
+      # A layer, head or top_k the model lacks: refused before decoding.
+      hparams_checks.check_decode_for_models(
+          decode_hp, [m.hparams for m in ensemble.members(model)], model.target_vocab_size)
     self.jit_compile = jit_compile
     self.use_cache = use_cache
     self._decode_fns = {}  # (jit_compile, with_prefix) -> fn, kept (XLA keeps its compilations)

@@ -126,11 +126,23 @@ class Experiment:
         strategy.cluster_resolver.task_id)
     self._manager = None  # created after restore() has repaired the state file
     self._written = set()  # checkpoint prefixes this run saved
-    self.train_writer = tf.summary.create_file_writer(
-        config.output_dir if self.is_chief else os.path.join(self.ckpt_dir, "logs"))
-    self.eval_writer = tf.summary.create_file_writer(self.paths.eval_dir)
+    self._writers = {}  # created when first written: a refused resume writes no events file
     # Training drops examples longer than max_length, as T2T did; count them.
     self.dropped = tf.Variable(0, dtype=tf.int64, trainable=False, name="dropped_examples")
+
+  @property
+  def train_writer(self):
+    return self._writer(self.config.output_dir if self.is_chief else
+                        os.path.join(self.ckpt_dir, "logs"))
+
+  @property
+  def eval_writer(self):
+    return self._writer(self.paths.eval_dir)
+
+  def _writer(self, log_dir: str):
+    if log_dir not in self._writers:
+      self._writers[log_dir] = tf.summary.create_file_writer(log_dir)
+    return self._writers[log_dir]
 
   # -- State -------------------------------------------------------------------
 
@@ -173,7 +185,13 @@ class Experiment:
     if repair and self.is_chief and latest:
       checkpoints.repair(directory, latest, damaged, self.log)
     if latest:
-      self.checkpoint.restore(latest).assert_existing_objects_matched()
+      try:
+        with checkpoints.reading(latest):  # a CRC mismatch in a checkpoint too big to verify
+          self.checkpoint.restore(latest).assert_existing_objects_matched()
+      except checkpoints.CheckpointError as e:
+        raise checkpoints.CheckpointError(
+            f"{e}. Restore the file, or move the files of {latest} aside to resume from an "
+            "older checkpoint, or pass --start_over to train from step 0.") from None
       self.log(f"Restored {latest} at step {self.trainer.step}.")
     self._last_finite = latest
     return self.trainer.step

@@ -330,7 +330,7 @@ class DecodeHParams(_Fields):
       raise ValueError("decode_hparams.write_beam_scores=true needs return_beams=true "
                        "(scores are written after each beam of the n-best list).")
     for name, lowest in (("beam_size", 1), ("alpha", 0), ("extra_length", 0)):
-      if (value := getattr(self, name)) < lowest:
+      if not (value := getattr(self, name)) >= lowest:  # NaN too
         raise ValueError(f"decode_hparams.{name} must be >= {lowest}, got {value}.")
     _check_sampling("decode_hparams", self.sampling_method, self.sampling_temp,
                     self.sampling_keep_top_k)
@@ -344,7 +344,7 @@ def _check_sampling(owner: str, method: str, temp: float, keep_top_k: int) -> No
   """The checks of the sampling settings; `owner` names where they were given."""
   if method not in ("argmax", "random"):
     raise ValueError(f"{owner}.sampling_method must be 'argmax' or 'random', got {method!r}.")
-  if temp < 0:
+  if not temp >= 0:  # NaN too
     raise ValueError(f"{owner}.sampling_temp must be >= 0 (0: argmax), got {temp!r}.")
   if keep_top_k == 0 or keep_top_k < -1:
     raise ValueError(f"{owner}.sampling_keep_top_k must be -1 (keep all) or >= 1, got "

@@ -1,7 +1,9 @@
-"""Checks of `HParams` fields that have their own rules (T2T's Adafactor, prepend_mode).
+"""Checks of `HParams` fields that have their own rules (T2T's Adafactor, prepend_mode),
+and of the decode hparams that depend on the model decoded (`check_decode_for_models`).
 
-Called by `HParams.__post_init__`; each raises ValueError naming the field and
-the value received. Kept apart so that `hparams.py` stays one sitting's read.
+Called by `HParams.__post_init__` and before decoding; each raises ValueError naming
+the field and the value received. Kept apart so that `hparams.py` stays one sitting's
+read.
 """
 
 from __future__ import annotations
@@ -44,3 +46,30 @@ def check_prepend_mode(hp) -> None:
   if hp.prepend_mode not in PREPEND_MODES:
     raise ValueError(f"hparams.prepend_mode must be one of {', '.join(PREPEND_MODES)}, got "
                      f"{hp.prepend_mode!r}.")
+
+
+def check_decode_for_models(decode_hp, models, target_vocab_size: int) -> None:
+  """Refuses decode hparams the models decoded together cannot honour, from their
+  `HParams` and target vocabulary size alone (before any is built): an
+  alignment_layer or alignment_heads one of them lacks, a sampling_keep_top_k above
+  the vocabulary (`DecodeHParams.__post_init__` checks the rest).
+
+  Raises:
+    ValueError: one line naming the decode hparam, its value and the valid range.
+  """
+  if decode_hp.return_alignments:
+    layers = min(hp.decoder_layers for hp in models)
+    heads = min(hp.num_heads for hp in models)
+    if not -layers <= decode_hp.alignment_layer < layers:
+      raise ValueError(f"decode_hparams.alignment_layer must be in [-{layers}, {layers}) (the "
+                       f"model's {layers} decoder layers, negative from the end), got "
+                       f"{decode_hp.alignment_layer}.")
+    if decode_hp.alignment_heads > heads:
+      raise ValueError(f"decode_hparams.alignment_heads must be in [0, {heads}] (0: all "
+                       f"{heads} heads of the model averaged, k: the first k), got "
+                       f"{decode_hp.alignment_heads}.")
+  if (decode_hp.beam_size == 1 and decode_hp.sampling_method == "random" and
+      decode_hp.sampling_keep_top_k > target_vocab_size):
+    raise ValueError("decode_hparams.sampling_keep_top_k must be -1 (keep all) or at most the "
+                     f"{target_vocab_size} ids of the target vocabulary, got "
+                     f"{decode_hp.sampling_keep_top_k}.")

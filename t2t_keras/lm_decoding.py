@@ -12,13 +12,14 @@ log-probability of 0 and the score counts the continuation only.
 
 from __future__ import annotations
 
+import numbers
 from typing import List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from data_gen.text_encoder import EOS_ID, PAD_ID
-from t2t_keras import sampling
+from t2t_keras import sampling, text_args
 
 _FORCED_OFF = -1e9  # T2T's forced-logit value for every id but the prompt's
 
@@ -63,16 +64,43 @@ def score_texts(model, encoder, texts: Sequence[str], batch_size: int = 32,
 
   Args:
     encoder: the run's `SubwordTextEncoder`.
+    texts: a list of texts (str or UTF-8 bytes; one string is refused).
     include_eos: score the EOS after the text too (the training examples end in it).
+  Returns:
+    one score per text ([] for none).
+  Raises:
+    ValueError: one string, a bad item (named with its index) or batch_size.
   """
-  if batch_size < 1:
-    raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+  texts = text_args.text_list(texts, "score_texts()", "texts")
+  if not _is_int(batch_size) or batch_size < 1:
+    raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}.")
   encoded = [encoder.encode(t) + ([EOS_ID] if include_eos else []) for t in texts]
   scores: List[float] = []
   for start in range(0, len(encoded), batch_size):
     rows = encoded[start:start + batch_size]
     scores += score_ids(model, _pad(rows, max(1, max(map(len, rows))))).numpy().tolist()
   return scores
+
+
+def _is_int(value) -> bool:
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_sampling(model, max_new_tokens, temperature, top_k, seed) -> None:
+  """Refuses a bad sampling setting in one line naming it, before any TensorFlow
+  call (inside the traced loop the same mistake would come wrapped in its trace)."""
+  if not _is_int(max_new_tokens) or max_new_tokens < 1:
+    raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}.")
+  if not isinstance(temperature, numbers.Real) or isinstance(temperature, bool) or \
+      not temperature >= 0:  # NaN too
+    raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}.")
+  vocab = model.target_vocab_size
+  if not _is_int(top_k) or not (top_k == -1 or 1 <= top_k <= vocab):
+    raise ValueError(f"top_k must be -1 (keep every id) or an int in 1..{vocab} (the "
+                     f"vocabulary), got {top_k!r}.")
+  pair = seed if isinstance(seed, (list, tuple)) else [seed, 0]
+  if len(pair) != 2 or not all(_is_int(x) for x in pair):
+    raise ValueError(f"seed must be an int or a pair of ints, got {seed!r}.")
 
 
 def _forced(logits: tf.Tensor, prefix: tf.Tensor, prefix_lengths: tf.Tensor, i) -> tf.Tensor:
@@ -92,10 +120,14 @@ def sample_ids(model, prompts: Sequence[Sequence[int]], max_new_tokens: int,
     top_k: T2T's sampling_keep_top_k; -1 keeps every id.
     seed: the same seed gives the same samples.
   Returns:
-    a `Continuation` per prompt.
+    a `Continuation` per prompt ([] for none).
+  Raises:
+    ValueError: a bad setting, named with its value, before TensorFlow runs.
   """
-  if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-    raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}.")
+  _check_sampling(model, max_new_tokens, temperature, top_k, seed)
+  prompts = [list(p) for p in prompts]
+  if not prompts:
+    return []
   if any(EOS_ID in p or PAD_ID in p for p in prompts):
     raise ValueError("prompts must not hold EOS (1) or PAD (0) ids.")
   lengths = np.array([len(p) for p in prompts], np.int32)
@@ -133,7 +165,13 @@ def sample_ids(model, prompts: Sequence[Sequence[int]], max_new_tokens: int,
 def sample_texts(model, encoder, prompts: Sequence[str], max_new_tokens: int,
                  temperature: float = 1.0, top_k: int = -1,
                  seed: int = 0) -> List[Tuple[str, Continuation]]:
-  """`sample_ids` of text prompts: (the continuation's text, its `Continuation`) each."""
+  """`sample_ids` of text prompts: (the continuation's text, its `Continuation`) each.
+
+  `prompts` is a list of texts (str or UTF-8 bytes; one string is refused; "" for no
+  prompt); [] gives [].
+  """
+  prompts = text_args.text_list(prompts, "sample_texts()", "prompts", "prompts")
+  _check_sampling(model, max_new_tokens, temperature, top_k, seed)
   out = sample_ids(model, [encoder.encode(p) for p in prompts], max_new_tokens, temperature,
                    top_k, seed)
   return [(encoder.decode(c.ids), c) for c in out]

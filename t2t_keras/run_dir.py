@@ -503,10 +503,13 @@ def _restore(model, path: str, output_dir: str) -> None:
   try:
     # read(), not restore(): averaged checkpoints hold no save_counter; the
     # optimizer's slots are not needed.
-    tf.train.Checkpoint(model=model).read(path).expect_partial() \
-        .assert_existing_objects_matched()
+    with checkpoints.reading(path):
+      tf.train.Checkpoint(model=model).read(path).expect_partial() \
+          .assert_existing_objects_matched()
+  except checkpoints.CheckpointError:
+    raise
   except ValueError as e:
-    _silence_unrestored_warnings(e)
+    checkpoints.silence_unrestored_warnings(e)
     # Shapes print with spaces: "(76, 16)".
     match = re.search(r"incompatible tensor with shape (\(.*?\)) when attempting to restore "
                       r"variable with shape (\(.*?\)) and name (\S+?)(?::0)?\.", str(e))
@@ -520,7 +523,7 @@ def _restore(model, path: str, output_dir: str) -> None:
         f"Checkpoint {path} holds another model: variable {match.group(3)} has shape "
         f"{match.group(1)} there but {match.group(2)} in this run's model; {fix}") from None
   except AssertionError as e:
-    _silence_unrestored_warnings(e)
+    checkpoints.silence_unrestored_warnings(e)
     count = re.search(r"Found (\d+) Python objects", str(e))
     first = re.search(r"path=(\S+), shape=(\(.*?\))", str(e))
     what = (f"variable {first.group(1)} of shape {first.group(2)}" if first else
@@ -529,13 +532,3 @@ def _restore(model, path: str, output_dir: str) -> None:
     raise checkpoints.CheckpointError(
         f"Checkpoint {path} holds another model: it has no value for {what}{more} of "
         f"this run's model; {fix}") from None
-
-def _silence_unrestored_warnings(error: BaseException) -> None:
-  """Marks the failed restore as partial, so TensorFlow does not log its unrestored
-  values at exit under the one-line error (its status object is never returned)."""
-  tb = error.__traceback__
-  while tb is not None:
-    for value in tb.tb_frame.f_locals.values():
-      if hasattr(value, "expect_partial_attr"):  # the restore coordinator
-        value.expect_partial = True
-    tb = tb.tb_next

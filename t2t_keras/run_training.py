@@ -110,7 +110,14 @@ def train_and_summarize(problem: Optional[str] = None, hparams_set: Optional[str
         train_seconds=train_seconds, start_over=start_over)
     decode_hp = create_decode_hparams(decode_hparams)
     prob = registry.problem(problem, data_dir)
-    prob.check_data_dir(data_dir)  # ValueError naming datagen if it did not finish
+    try:
+      prob.check_data_dir(data_dir)  # ValueError naming datagen if it did not finish
+    except ValueError:
+      # A damaged vocabulary fails the manifest's check too ("changed"); what is wrong
+      # with it is said by reading it (datagen, which the check names, refuses it too).
+      if all(os.path.isfile(p) for p in prob.vocab_paths(data_dir).values()):
+        prob.feature_encoders(data_dir)
+      raise
     encoders = prob.feature_encoders(data_dir)
     vocab = run_dir.check_vocab(output_dir, data_dir, log, prob, resuming=True)
     has_inputs = getattr(prob, "has_inputs", True)

@@ -504,7 +504,7 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
      "hparams", "t2t_global_step", "adam_slots", "adam_step_offset"}.
   """
   from data_gen import file_io, registry
-  from t2t_keras import run_dir
+  from t2t_keras import checkpoints, run_dir
   from t2t_keras.training import Trainer
   if tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir):
     raise ValueError(f"--output_dir={output_dir} exists and is not empty; give a new directory.")
@@ -518,17 +518,27 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
   if not source or not tf.io.gfile.exists(source + ".index"):
     raise FileNotFoundError(f"No T2T checkpoint {source or 'in ' + t2t_output_dir} "
                             "(pass --checkpoint_path=DIR/model.ckpt-STEP).")
+  checkpoints.verify_checkpoint(source)  # a damaged file is named before anything is written
   problem = registry.problem(problem_name, data_dir)
   t2t_data_dir = os.path.expanduser(flags["data_dir"]) if flags.get("data_dir") else None
   final = os.path.abspath(output_dir)
   with file_io.atomic_directory(final) as write:
     tmp = write.tmp
+    copies = {}  # copy -> the user's vocabulary file
     for filename in sorted(set(problem.vocab_filenames.values())):
-      tf.io.gfile.copy(_find_vocab(filename, [data_dir, t2t_output_dir, t2t_data_dir]),
-                       os.path.join(tmp, filename))
-    encoders = problem.feature_encoders(tmp)
+      copy = os.path.join(tmp, filename)
+      copies[copy] = _find_vocab(filename, [data_dir, t2t_output_dir, t2t_data_dir])
+      tf.io.gfile.copy(copies[copy], copy)
+    try:
+      encoders = problem.feature_encoders(tmp)
+    except ValueError as e:  # a malformed vocabulary: name the user's file, not the copy
+      message = str(e)
+      for copy, found in copies.items():
+        message = message.replace(copy, found)
+      raise ValueError(message) from None
     if target_space_id is None:
-      target_space_id = _choose_target_space(problem, source, hp, log)
+      with checkpoints.reading(source):
+        target_space_id = _choose_target_space(problem, source, hp, log)
     spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
                              target_space_id)
     run_dir.save_or_check_run_files(tmp, hp, problem.name, spec,
@@ -536,7 +546,8 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
     # The schedule is not used here; train_steps only has to be valid for it.
     trainer = Trainer(hp, spec, tf.distribute.get_strategy(),
                       train_steps=hp.learning_rate_warmup_steps + 1)
-    loaded = load_t2t_weights(trainer.model, source)
+    with checkpoints.reading(source):  # a CRC mismatch in a checkpoint too big to verify
+      loaded = load_t2t_weights(trainer.model, source)
     t2t_step = loaded["global_step"]
     step, partial = divmod(t2t_step, max(1, hp.optimizer_multistep_accumulate_steps))
     if partial:
@@ -545,8 +556,9 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
           f"training continues at update {step}.")
     load_state = (load_t2t_adafactor_state if hp.optimizer == "adafactor"
                   else load_t2t_adam_state)
-    adam = ({"slots": 0, "adam_step_offset": step, "other_optimizer": ""} if reset_optimizer
-            else load_state(trainer.model, trainer.optimizer, source, step))
+    with checkpoints.reading(source):
+      adam = ({"slots": 0, "adam_step_offset": step, "other_optimizer": ""} if reset_optimizer
+              else load_state(trainer.model, trainer.optimizer, source, step))
     trainer.optimizer.iterations.assign(step)
     checkpoint = tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)
     written = tf.train.CheckpointManager(checkpoint, tmp, max_to_keep=None).save(

@@ -16,8 +16,9 @@ so a line translated here is the line `t2t_keras_decoder` writes.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from t2t_keras.run_layout import RunDir
 
@@ -56,11 +57,13 @@ def open_run(path: Union[str, Sequence[str]], checkpoint: Optional[str] = None,
     checkpoints.CheckpointError: no loadable checkpoint, or `checkpoint` is damaged
       or belongs to another model.
   """
+  if isinstance(path, os.PathLike):
+    path = os.fspath(path)
   if not isinstance(path, str):
     if checkpoint:
       raise ValueError("open_run([...]) takes each member's checkpoint in the list, "
                        f"not checkpoint={checkpoint!r}.")
-    return _open_ensemble(list(path), data_dir, log, default_run)
+    return _open_ensemble(_member_paths(path), data_dir, log, default_run)
   from data_gen import registry
   from t2t_keras import run_dir
   from t2t_keras.errors import RunError
@@ -86,6 +89,25 @@ def open_run(path: Union[str, Sequence[str]], checkpoint: Optional[str] = None,
   return TrainedRun(path, data_dir, problem, model, checkpoint_path, log)
 
 
+def _member_paths(path) -> List[str]:
+  """The items of open_run's list as paths: each a str or path object, not empty."""
+  if isinstance(path, bytes) or not isinstance(path, Iterable):
+    raise ValueError("open_run(path) takes a run directory or a list of runs and "
+                     f"checkpoints (an ensemble), got {path!r:.60}.")
+  items = []
+  for i, item in enumerate(path):
+    if isinstance(item, os.PathLike):
+      item = os.fspath(item)
+    if not isinstance(item, str):
+      raise ValueError(f"open_run(path): path[{i}] is {item!r:.60} ({type(item).__name__}), "
+                       "not a run directory or checkpoint; give each as a str.")
+    if not item.strip():  # os.path would take "" for the working directory
+      raise ValueError(f"open_run(path): path[{i}] is empty ({item!r}); give each "
+                       "ensemble member's run directory or checkpoint.")
+    items.append(item)
+  return items
+
+
 def _member_run(item: str, default_run: Optional[str]) -> Tuple[str, Optional[str]]:
   """(run directory, checkpoint or None) of an ensemble member given as a run
   directory or as a checkpoint (prefix or directory of checkpoints)."""
@@ -98,6 +120,27 @@ def _member_run(item: str, default_run: Optional[str]) -> Tuple[str, Optional[st
     return default_run, item
   raise FileNotFoundError(f"{item} is neither a run directory (no hparams.json) nor a "
                           "checkpoint in one; give run directories or their checkpoints.")
+
+
+def check_decode_hparams(path: Union[str, Sequence[str]], decode_hp,
+                         default_run: Optional[str] = None) -> None:
+  """Refuses decode hparams the run in `path` (or each run of an ensemble list, as
+  `open_run` takes it) cannot honour, read from hparams.json and run.json alone, before
+  any model is built (`hparams_checks.check_decode_for_models`). Run files that cannot
+  be read are left for `open_run` to report.
+
+  Raises:
+    ValueError: one line naming the decode hparam and its value.
+  """
+  from t2t_keras import hparams_checks, run_dir
+  items = None if isinstance(path, str) else _member_paths(path)
+  try:
+    run_paths = [path] if items is None else [_member_run(p, default_run)[0] for p in items]
+    runs = [run_dir.load_run_files(p) for p in run_paths]
+  except Exception:  # pylint: disable=broad-except
+    return  # open_run reads them again and says what is wrong
+  hparams_checks.check_decode_for_models(decode_hp, [hp for hp, _, _ in runs],
+                                         runs[0][2].target_vocab_size)
 
 
 def _open_ensemble(items: List[str], data_dir: Optional[str], log: Callable[[str], None],
@@ -228,36 +271,52 @@ class TrainedRun:
     return_beams). Other T2T decode hparams by name (extra_length=50,
     max_input_size=...; beam_size=1 decodes greedily or, with
     sampling_method="random", samples).
+    `sentences` (and `prefix`) is a list: one string is refused, as are items other
+    than str or UTF-8 bytes (`text_args.text_list`). An empty sentence gives "", or
+    with n_best > 1 n empty hypotheses.
     Raises:
-      ValueError: n_best outside 1..beam_size, a bad decode hparam, or not one
-        prefix per sentence.
+      ValueError: one line naming the argument and its value: one string, a bad item
+        (with its index), n_best outside 1..beam_size, a bad decode hparam (every
+        one checked before decoding), or not one prefix per sentence.
     """
-    if isinstance(sentences, str):
-      raise ValueError("translate() takes a list of sentences; got one string: pass "
-                       f"[{sentences[:40]!r}].")
-    if not 1 <= n_best <= beam_size:
-      raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}.")
+    from t2t_keras import text_args
+    sentences = text_args.text_list(sentences, "translate()", "sentences", "sentences")
+    if prefix is not None:
+      prefix = text_args.text_list(prefix, "translate(prefix=...)", "prefix",
+                                   "target prefixes, one per sentence")
+    if "return_beams" in decode_hparams:
+      raise ValueError("translate() sets return_beams from n_best; pass n_best=N, got "
+                       f"return_beams={decode_hparams['return_beams']!r}.")
+    if "write_beam_scores" in decode_hparams:  # they would come as hypotheses
+      raise ValueError("translate() returns texts, not scores: got write_beam_scores="
+                       f"{decode_hparams['write_beam_scores']!r}; score them with score().")
+    # beam_size and the other decode hparams first: n_best's range depends on beam_size.
     decode_hp = self.decode_hparams(beam_size=beam_size, alpha=alpha,
-                                    return_beams=n_best > 1, **decode_hparams)
-    if isinstance(prefix, str):
-      raise ValueError("prefix takes one text per sentence; got one string: pass "
-                       f"[{prefix[:40]!r}].")
-    lines = self.decoder(decode_hp).decode_lines(
-        list(sentences), prefixes=None if prefix is None else list(prefix))
+                                    return_beams=_is_int(n_best) and n_best > 1,
+                                    **decode_hparams)
+    if not _is_int(n_best) or not 1 <= n_best <= decode_hp.beam_size:
+      raise ValueError(f"n_best must be between 1 and beam_size={decode_hp.beam_size}, got "
+                       f"{n_best!r}.")
+    lines = self.decoder(decode_hp).decode_lines(sentences, prefixes=prefix)
     if n_best == 1:
       return lines
-    return [line.split("\t")[:n_best] if line else [""] for line in lines]
+    return [line.split("\t")[:n_best] for line in lines]
 
   def score(self, sources: Sequence[str], targets: Sequence[str]) -> List[float]:
     """log P(target | source) of each pair, as `t2t_keras_decoder --score_file`.
 
+    Each a list of texts, as `translate`'s sentences.
     Raises:
-      ValueError: the two lists differ in length.
+      ValueError: one string, a bad item (named with its index), or the two lists
+        differ in length.
     """
+    from t2t_keras import text_args
+    sources = text_args.text_list(sources, "score()", "sources", "source texts")
+    targets = text_args.text_list(targets, "score()", "targets", "target texts")
     if len(sources) != len(targets):
       raise ValueError(f"score() needs one target per source: got {len(sources)} sources "
                        f"and {len(targets)} targets.")
-    return self.decoder(self.decode_hparams()).score_pairs(list(sources), list(targets))
+    return self.decoder(self.decode_hparams()).score_pairs(sources, targets)
 
   def translate_file(self, source: str, output: str, decode_hparams: str = "",
                      **values) -> List[str]:
@@ -307,6 +366,10 @@ class TrainedRun:
     return ctranslate2_export.export(self.model, self.vocab_files,
                                      export_dir or self.run_dir.ctranslate2_dir,
                                      quantization=quantization)
+
+
+def _is_int(value) -> bool:
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def check_export_dir(export_dir: str) -> None:

@@ -78,7 +78,9 @@ def test_every_n_best_column_carries_its_alignment(encoders):
                 "beam_size=2,extra_length=1,return_beams=true,write_beam_scores=true,"
                 "alignment_level=subword")
   columns = out[0].split("\t")
-  assert len(columns) == 4 and out[1] == ""  # two beams, each text ||| pairs then score
+  assert len(columns) == 4  # two beams, each text ||| pairs then score
+  # An empty input: as many columns, empty hypotheses scored 0.0, without pairs.
+  assert out[1].split("\t") == [decode_text.ALIGNMENT_SEPARATOR, "0.00"] * 2
   for text_and_pairs in columns[0::2]:
     text, alignment = text_and_pairs.split(decode_text.ALIGNMENT_SEPARATOR)
     assert text.startswith("der katze hund") and _pairs(alignment, 4) == "0-0 1-1 2-2 3-3"

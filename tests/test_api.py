@@ -90,7 +90,7 @@ def test_translate_n_best_and_errors(tiny_trained_run):
   lines = ["the big house", "", "a red cat"]
   best = run.translate(lines, beam_size=3)
   nbest = run.translate(lines, beam_size=3, n_best=3)
-  assert [n[0] for n in nbest] == best and nbest[1] == [""]
+  assert [n[0] for n in nbest] == best and nbest[1] == ["", "", ""]  # n empty hypotheses
   assert all(len(n) == 3 and len(set(n)) == 3 for n in (nbest[0], nbest[2]))
   # Each hypothesis scored by score(): the n-best is ordered by T2T's score.
   lengths = [len(run.encoders["targets"].encode(h)) + 1 for h in nbest[0]]

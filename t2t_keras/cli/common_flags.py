@@ -12,7 +12,8 @@ module is imported), and runs through `run_cli`, which parses them:
   (flags/ of the repository; `--flagfile=demo.flags` or `--flagfile=demo`) when NAME
   is not a file.
 * A flag the command does not define is refused in one line naming the command
-  (and the commands that take it), exit status 2.
+  (and the commands that take it), exit status 2; so is a --flagfile that is
+  missing, not text, or holds a line that is no flag (a wrong file given).
 
 The experiment flags (EXPERIMENT_FLAGS, one definition like T2T's
 `utils/flags.py`) are what a flagfile in flags/ sets: one flagfile serves
@@ -195,9 +196,13 @@ def resolve_path_flags(*names: str) -> None:
 
   `~` is expanded; a remote path (`gs://bucket/run`) is left as it is. Every
   later use (checkpoint paths, messages, the state file) then sees one spelling
-  of each directory, whatever the working directory.
+  of each directory, whatever the working directory. An empty member of an
+  ensemble's --checkpoint_path (`A,`) is refused: it would resolve to the working
+  directory.
   """
   import os
+
+  from absl import app
 
   def resolve(path):
     return path if "://" in path else os.path.abspath(os.path.expanduser(path))
@@ -206,7 +211,29 @@ def resolve_path_flags(*names: str) -> None:
     value = getattr(flags.FLAGS, name)
     if value:  # --checkpoint_path may list an ensemble's members: A,B
       parts = value.split(",") if name == "checkpoint_path" else [value]
+      empty = [i + 1 for i, p in enumerate(parts) if not p.strip()]
+      if len(parts) > 1 and empty:
+        raise app.UsageError(f"--{name}={value}: member {empty[0]} of the ensemble is empty; "
+                             "give its runs or checkpoints separated by single commas.")
       setattr(flags.FLAGS, name, ",".join(resolve(p) for p in parts))
+
+
+def check_decode_hparams(decode_hp) -> None:
+  """Refuses, from the run files alone (no model built yet), decode hparams that the
+  run of --output_dir, or each run of an ensemble's --checkpoint_path, cannot honour
+  (`trained_run.check_decode_hparams`: alignment layer and heads, top-k)."""
+  from absl import app
+
+  from t2t_keras import trained_run
+  FLAGS = flags.FLAGS
+  members = (FLAGS.checkpoint_path or "").split(",")
+  path = members if len(members) > 1 else FLAGS.output_dir
+  if not path:
+    return  # --output_dir missing: load_trained_run says so
+  try:
+    trained_run.check_decode_hparams(path, decode_hp, default_run=FLAGS.output_dir)
+  except ValueError as e:
+    raise app.UsageError(f"--decode_hparams / --hparams: {e}") from None
 
 
 def check_output_file(flag: str, path: str) -> None:
@@ -232,10 +259,10 @@ def check_output_file(flag: str, path: str) -> None:
 
 def run_cli(main) -> None:
   """app.run(main) with `parse_flags` (see the module docstring); a user error
-  (app.UsageError, a damaged checkpoint, an `errors.RunError`, a full disk) prints
-  one line `<program>: error: <message>` and exits with the status of errors.py,
-  without the usage text or a traceback; other exceptions keep their traceback
-  (they are bugs).
+  (app.UsageError, a damaged checkpoint, an output path that is a directory, an
+  `errors.RunError`, a full disk) prints one line `<program>: error: <message>` and
+  exits with the status of errors.py, without the usage text or a traceback; other
+  exceptions keep their traceback (they are bugs).
 
   First, before anything imports TensorFlow (the commands import it inside
   `main`), it calls `set_up_process`."""
@@ -249,10 +276,13 @@ def run_cli(main) -> None:
       return main(argv)
     except Exception as e:  # pylint: disable=broad-except
       # A CheckpointError can only come from t2t_keras.checkpoints once it is loaded
-      # (importing it here would load TensorFlow before --help).
+      # (importing it here would load TensorFlow before --help); an OutputPathError (a
+      # directory given as an output file) only from data_gen.file_io once loaded.
       checkpoints = sys.modules.get("t2t_keras.checkpoints")
+      file_io = sys.modules.get("data_gen.file_io")
       if isinstance(e, app.UsageError) or (
-          checkpoints is not None and isinstance(e, checkpoints.CheckpointError)):
+          checkpoints is not None and isinstance(e, checkpoints.CheckpointError)) or (
+          file_io is not None and isinstance(e, file_io.OutputPathError)):
         _exit_with_error(str(e))
       if isinstance(e, errors.RunError):
         _exit_with_error(str(e), e.exit_status)
@@ -324,6 +354,9 @@ def parse_flags(argv, module) -> list:
       kept.extend(a for a, _ in args[i - 1:])
       break
     if not arg.startswith("-") or arg == "-":
+      if source is not None:  # absl passes on a line that is no flag: a wrong file?
+        _exit_with_error(f"--flagfile={source}: line {arg[:60]!r} is not a flag; a flagfile "
+                         "holds --name=value lines.")
       kept.append(arg)
       continue
     name, has_value, _ = (arg[2:] if arg.startswith("--") else arg[1:]).partition("=")
@@ -426,9 +459,25 @@ def _expand_flagfiles(args) -> list:
       out.append((arg, None))
       continue
     path = find_flagfile(path)
-    lines = flags.FLAGS.read_flags_from_files([f"--flagfile={path}"])
+    try:
+      lines = flags.FLAGS.read_flags_from_files([f"--flagfile={path}"])
+    except UnicodeDecodeError as e:  # a binary file; absl's error names none
+      raise flags.Error(f"--flagfile={path}{_included_text(path)} is not a text file of flags "
+                        f"({e.reason} at byte {e.start}); a flagfile holds --name=value "
+                        "lines.") from None
     out.extend((line, path) for line in lines)
   return out
+
+
+def _included_text(path: str) -> str:
+  """Where to look when absl could not decode flagfile `path`: in a flagfile it
+  includes when `path` itself is UTF-8 text."""
+  try:
+    with open(path, "rb") as f:
+      f.read().decode("utf-8")
+  except (OSError, UnicodeDecodeError):
+    return ""
+  return " (or a flagfile it includes)"
 
 
 def packaged_flagfiles_dir():

@@ -97,14 +97,18 @@ def main(argv):
     lines, reference, refs = _read_source_and_reference(decode_hp)
   prefixes = _read_prefixes(None if FLAGS.score_file or FLAGS.decode_interactive else lines)
   _check_engine_flags()
+  common_flags.check_decode_hparams(decode_hp)  # those the run's model must allow
   from t2t_keras import bleu, evalb
   run = common_flags.load_trained_run()
   problem = run.problem
   if FLAGS.engine == "ctranslate2":
     decoder = _ctranslate2_decoder(run, decode_hp)
   else:
-    decoder = run.decoder(decode_hp, use_cache=FLAGS.decode_use_cache,
-                          jit_compile=FLAGS.decode_jit_compile)
+    try:  # what the run files could not show (the loaded model's own checks)
+      decoder = run.decoder(decode_hp, use_cache=FLAGS.decode_use_cache,
+                            jit_compile=FLAGS.decode_jit_compile)
+    except ValueError as e:
+      raise app.UsageError(f"--decode_hparams / --hparams: {e}") from None
   if FLAGS.score_file:
     scores = decoder.score_pairs([p[0] for p in pairs], [p[1] for p in pairs])
     _emit([f"{s:.6f}" for s in scores])

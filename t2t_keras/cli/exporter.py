@@ -61,6 +61,7 @@ def main(argv):
   if FLAGS.export_format == "ctranslate2":
     _export_ctranslate2()
     return
+  common_flags.check_decode_hparams(decode_hp)  # those the run's model must allow
   beam_sizes = _beam_sizes(FLAGS.serving_beam_sizes)
   from t2t_keras.run_layout import RunDir
   export_dir = FLAGS.export_dir or RunDir(FLAGS.output_dir or "").export_dir

@@ -57,9 +57,8 @@ def main(argv):
         hparams_overrides=FLAGS.hparams, data_dir=FLAGS.data_dir,
         ignore_hparams=FLAGS.ignore_t2t_hparams, target_space_id=FLAGS.target_space_id,
         reset_optimizer=FLAGS.reset_optimizer, log=lambda line: print(line, file=sys.stderr, flush=True))
-  except (ValueError, FileNotFoundError) as e:
-    print(f"t2t_keras_import_checkpoint: {e}", file=sys.stderr, flush=True)
-    sys.exit(1)
+  except (ValueError, FileNotFoundError) as e:  # a damaged checkpoint or vocabulary too
+    raise app.UsageError(str(e)) from None
   out = result["output_dir"]
   print(f"Decode:    t2t_keras_decoder --output_dir={out} --data_dir={out} "
         "--decode_from_file=...", flush=True)

@@ -153,33 +153,34 @@ def make_rest_request_fn(server: str, servable_name: str, signature: str,
   return request_fn
 
 
-def _row_texts(row, encoders: Optional[dict], scores=None) -> List[str]:
+def _row_texts(row, encoders: Optional[dict], n_best: Optional[int] = None) -> List[str]:
   """One response row (a string, a beam list, ids or beams of ids) -> its texts.
 
-  Hypotheses after the first that are "" with score 0 are absent (a `beam_<K>`
-  signature fills the columns after a row's n_best so) and dropped.
+  A `beam_<K>` signature returns K columns, of which the row's `n_best` are its
+  hypotheses (the rest "" and 0): the first `n_best` are kept, empty ones too (an
+  empty input has n_best empty hypotheses), so every line has n_best columns.
   """
   import numpy as np
   from t2t_keras import decoding
   if encoders is None:
     values = [row] if isinstance(row, (bytes, str)) else list(np.ravel(row))
     texts = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
-    if scores is not None and len(texts) > 1:
-      scores = list(np.ravel(scores))
-      texts = texts[:1] + [t for t, s in zip(texts[1:], scores[1:]) if t or s != 0]
-    return texts
-  ids = np.asarray(row)
-  ids = ids[None] if ids.ndim == 1 else ids
-  return [encoders["targets"].decode(decoding.strip_ids(r)) for r in ids]
+  else:
+    ids = np.asarray(row)
+    ids = ids[None] if ids.ndim == 1 else ids
+    texts = [encoders["targets"].decode(decoding.strip_ids(r)) for r in ids]
+  return texts if n_best is None else texts[:n_best]
 
 
 def translate(lines: Sequence[str], request_fn: Callable[[List], dict], batch_size: int = 32,
-              encoders: Optional[dict] = None) -> List[str]:
+              encoders: Optional[dict] = None, n_best: Optional[int] = None) -> List[str]:
   """One output string per input line, in order (beams joined by tabs).
 
   Args:
     encoders: {"inputs", "targets"} Python encoders for the serialized_example
       signature (ids in, ids out); None for the raw-text signature.
+    n_best: the hypotheses per line asked of a `beam_<K>` signature (every line
+      then has n_best columns); None: every column of the response.
   """
   from data_gen.text_encoder import EOS_ID
   from t2t_keras import export
@@ -194,8 +195,8 @@ def translate(lines: Sequence[str], request_fn: Callable[[List], dict], batch_si
       values = [export.make_example(encoders["inputs"].encode(line) + [EOS_ID])
                 for line in batch]
     response = request_fn(values)
-    for row, scores in zip(response["outputs"], response["scores"]):
-      results.append("\t".join(_row_texts(row, encoders, scores)))
+    for row in response["outputs"]:
+      results.append("\t".join(_row_texts(row, encoders, n_best)))
   return results
 
 
@@ -235,7 +236,10 @@ def main(argv):
       raise app.UsageError("--signature_name=serialized_example needs --problem and --data_dir "
                            "to encode inputs and decode output ids.")
     from data_gen import registry
-    encoders = registry.problem(FLAGS.problem, FLAGS.data_dir).feature_encoders(FLAGS.data_dir)
+    try:  # an unknown problem, a missing or malformed vocabulary (named)
+      encoders = registry.problem(FLAGS.problem, FLAGS.data_dir).feature_encoders(FLAGS.data_dir)
+    except ValueError as e:
+      raise app.UsageError(str(e)) from None
   lines = _read_input()  # before connecting
   if settings_signature:
     try:
@@ -253,7 +257,8 @@ def main(argv):
   make = make_rest_request_fn if FLAGS.rest else make_grpc_request_fn
   request_fn = make(FLAGS.server, FLAGS.servable_name, signature, FLAGS.timeout_secs, settings)
   try:
-    outputs = translate(lines, request_fn, FLAGS.batch_size, encoders)
+    outputs = translate(lines, request_fn, FLAGS.batch_size, encoders,
+                        settings.get("n_best") if settings_signature else None)
   except Exception as e:  # pylint: disable=broad-except
     message = _server_error(e)
     if message is None:
