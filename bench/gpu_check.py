@@ -95,7 +95,7 @@ from t2t_keras import experiment, inputs, perf, precision  # noqa: E402  pylint:
 from t2t_keras.hparams import create_hparams  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.run_dir import ModelSpec  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.training import Trainer  # noqa: E402  pylint: disable=g-import-not-at-top
-from tests import gpu_kernels  # noqa: E402  pylint: disable=g-import-not-at-top
+from tests.support import gpu_kernels  # noqa: E402  pylint: disable=g-import-not-at-top
 
 HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
 

@@ -1,6 +1,9 @@
-"""Shared pytest fixtures: small fake Ding / Bible sources and parallel text files.
+"""Shared pytest fixtures: small fake Ding / Bible sources and parallel text files, and the
+runs several test modules use (a trained tiny model, the imported T2T checkpoint).
 
-Fixture names start with `fake_` so they do not clash with other modules' fixtures.
+The fake sources' names start with `fake_` so they do not clash with other modules'
+fixtures; a module's own fixture of the same name as one here takes its place in that
+module. Builders and helpers live in tests/support/, so no test module imports another.
 
 Before anything imports TensorFlow, the process gets the set-up every command
 applies (`t2t_keras.perf.process`: oneDNN on x86-64 unless the user chose), so that
@@ -17,7 +20,11 @@ from t2t_keras.perf import process
 process.configure_process()
 
 import pytest  # noqa: E402  pylint: disable=g-import-not-at-top
-pytest_plugins = ["tests.oracle_guard"]  # a skipped oracle test fails the session
+
+# The helpers' asserts are rewritten as a test module's are, so that their failures show
+# the values compared (this must come before anything imports them).
+pytest.register_assert_rewrite("tests.support")
+pytest_plugins = ["tests.support.oracle_guard"]  # a skipped oracle test fails the session
 
 # Ding-format fixture: (German, English) sentence pairs that must be kept, in order.
 FAKE_DING_KEPT = [
@@ -137,5 +144,19 @@ def fake_parallel_files(tmp_path):
 @pytest.fixture(scope="session")
 def tiny_trained_run(tmp_path_factory):
   """(run_dir, data_dir) of a small model trained once per session on the tiny problem."""
-  from tests.trained_fixture import train_tiny_run
+  from tests.support.trained_fixture import train_tiny_run
   return train_tiny_run(str(tmp_path_factory.mktemp("tiny_run")))
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+  """The real T2T run imported with the CLI: (run_dir, CLI stdout)."""
+  from tests.support.t2t_checkpoint import import_t2t_run
+  return import_t2t_run(str(tmp_path_factory.mktemp("import") / "run"))
+
+
+@pytest.fixture(scope="module")
+def loaded(imported):
+  """The imported run opened: (model, hparams, problem name, ModelSpec, encoders)."""
+  from tests.support.t2t_checkpoint import open_imported_run
+  return open_imported_run(imported[0])

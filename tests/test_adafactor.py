@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests import t2t_numpy_training as t2t_np
+from tests.support import t2t_numpy_training as t2t_np
 from t2t_keras import adafactor
 from t2t_keras.hparams import HParams
 from t2t_keras.optimization import T2TLearningRateSchedule, create_optimizer

@@ -1,5 +1,5 @@
 """`--decode_hparams=return_alignments=true`: what the decoder writes, on hand-built models
-whose encoder-decoder attention is known (tests/test_alignments.py builds them); the
+whose encoder-decoder attention is known (tests/support/alignment_models.py builds them); the
 hypotheses are forced with a prefix, so the expected pairs are hand-computed. Also the
 n-best columns, the decoder command and the refusals (CTranslate2, the SavedModel)."""
 
@@ -12,8 +12,8 @@ import t2t_keras
 from data_gen import text_encoder
 from t2t_keras import decode_text
 from t2t_keras.hparams import create_decode_hparams
-from tests import test_alignments as built
-from tests.cli_in_process import run_cli
+from tests.support import alignment_models as built
+from tests.support.cli import run_cli
 
 # Subword ids: <pad> 0, <EOS> 1, "a_".."e_" 2..6 (the token model's source tokens),
 # then what the position model's sentences use ("ka" + "tze_" is one word).

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.cli_in_process import run_cli_output
+from tests.support.cli import run_cli_output
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README_RUN = "work/train"  # the run the README's example opens (make demo's)
@@ -151,7 +151,7 @@ def test_train_from_python_equals_the_trainer_command(tmp_path, capsys):
   # Exact on every CPU: the same code, seed, data order and process on both sides.
   """Same settings and seed: the same weights after 3 steps and after resuming to 5."""
   import t2t_keras
-  from tests.tiny_problem import make_tiny_problem
+  from tests.support.tiny_problem import make_tiny_problem
   data_dir = make_tiny_problem(str(tmp_path), train=300, dev=16)
   settings = dict(problem="translate_from_files", hparams_set="transformer_tiny",
                   hparams=TINY, random_seed=3, schedule="train", local_eval_frequency=2)
@@ -177,7 +177,7 @@ def test_train_from_python_equals_the_trainer_command(tmp_path, capsys):
 
 def test_generate_data_from_python_equals_the_datagen_command(tmp_path):
   import t2t_keras
-  from tests.tiny_problem import write_parallel
+  from tests.support.tiny_problem import write_parallel
   text = tmp_path / "text"
   text.mkdir()
   write_parallel(str(text / "train"), 200, seed=1)

@@ -6,7 +6,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from tests.cli_in_process import run_cli, run_cli_output
+from tests.support.cli import run_cli, run_cli_output
 
 AVG = "t2t_keras.cli.avg_checkpoints"
 

@@ -16,8 +16,8 @@ import tensorflow as tf
 from t2t_keras import beam_search as bs
 from t2t_keras import sampling
 from t2t_keras.decoding_state import DecodingState
-from tests import near_ties
-from tests import t2t_numpy_decoding as t2t
+from tests.support import near_ties
+from tests.support import t2t_numpy_decoding as t2t
 
 EOS = 1
 NEG = -bs.INF / 2  # below this a score belongs to an empty slot
@@ -361,7 +361,7 @@ def _assert_no_near_tie(table, sos, beam_size, alpha, length, stop_early=True):
 
   Both lie within TABLE_EPS of the NumPy port's float64 scores (the tests here check
   that bound against the port); where every choice of T2T's search has a margin
-  above 2 * TABLE_EPS, both make the port's choices (tests/near_ties.py), so their
+  above 2 * TABLE_EPS, both make the port's choices (tests/support/near_ties.py), so their
   ids are equal whatever kernels (XLA, graph, eager) the CPU gets.
   """
   for s in sos:

@@ -4,7 +4,7 @@ Scores: CTranslate2's log P(target | source) within 1e-4 of the TensorFlow model
 for every layout the converter maps (pre/post-norm, three position kinds,
 unshared embeddings, relative attention, narrower attention); greedy search
 and beam tops on the trained test fixture identical, or parted only at a near-tie
-of T2T's search on the model (tests/near_ties.py) or, for beam tops, where the two
+of T2T's search on the model (tests/support/near_ties.py) or, for beam tops, where the two
 searches (not the same algorithm) kept different hypotheses; scores within SCORE_EPS;
 caps hit; with the re-ranked scores equal to T2T's; the real T2T checkpoint
 converted through the CLI scores as the NumPy T2T forward pass; refusals by name.
@@ -27,12 +27,10 @@ from data_gen.text_encoder import EOS_ID  # noqa: E402
 from t2t_keras import ctranslate2_decode, ctranslate2_export, decode_text, decoding  # noqa: E402
 from t2t_keras.hparams import DecodeHParams, create_hparams  # noqa: E402
 from t2t_keras.model import Transformer  # noqa: E402
-from tests import near_ties, tiny_problem  # noqa: E402
-from tests.cli_in_process import run_cli_output  # noqa: E402
-from tests.test_t2t_import import decoder_and_numpy_scores, imported, loaded  # noqa: E402,F401
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+from tests.support import near_ties, tiny_problem  # noqa: E402
+from tests.support.cli import run_cli_output  # noqa: E402
+from tests.support.env import ENV, REPO  # noqa: E402
+from tests.support.t2t_checkpoint import decoder_and_numpy_scores  # noqa: E402
 VOCAB = 40
 # Each engine's log P of a hypothesis lies within SCORE_EPS of the TensorFlow model's
 # full (uncached) pass, the reference the near-tie rule searches on: CTranslate2's by
@@ -151,7 +149,7 @@ def trained(tiny_trained_run, tmp_path_factory):
 
 def test_beam_tops_identical_on_the_trained_fixture(trained):
   """Tops identical, except where (a) T2T's search on the model makes a choice within
-  2 * SCORE_EPS (a near-tie, tests/near_ties.py), or (b) the two searches kept
+  2 * SCORE_EPS (a near-tie, tests/support/near_ties.py), or (b) the two searches kept
   different hypotheses: CTranslate2's beam search is not T2T's (module docstring of
   ctranslate2_decode), so one engine may return a top, better by T2T's score, that
   the other never kept. (b) is accepted only if the better top is absent from the

@@ -1,9 +1,7 @@
 """Decoding: equals T2T's decode of each sentence alone (NumPy port), cached == uncached,
 batch == alone, XLA == default, n-best scores, CLI."""
 
-import collections
 import functools
-import os
 import subprocess
 import sys
 
@@ -13,34 +11,21 @@ import tensorflow as tf
 
 from t2t_keras import beam_search, decode_text, decoding
 import t2t_keras
-from t2t_keras.hparams import create_decode_hparams, create_hparams
-from t2t_keras.model import Transformer
+from t2t_keras.hparams import create_decode_hparams
 from t2t_keras.perf import inference
-from tests import near_ties
-from tests import t2t_numpy_decoding as t2t
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+from tests.support import near_ties
+from tests.support import t2t_numpy_decoding as t2t
+from tests.support.decode_checks import (assert_batch_equals_alone,
+                                         assert_cached_logits_equal_recomputation, id_rows,
+                                         op_types, random_model)
+from tests.support.env import ENV
+from tests.support.tolerances import SCORE_EPS
 
 
 @pytest.fixture(scope="module")
 def trained(tiny_trained_run):
   """A small model trained on the tiny word-for-word problem: (run_dir, data_dir)."""
   return tiny_trained_run
-
-
-def _random_model(vocab=30, overrides=""):
-  tf.keras.utils.set_random_seed(1)
-  hp = create_hparams("transformer_tiny", "num_hidden_layers=2" + overrides)
-  model = Transformer(hp, vocab, target_space_id=2)
-  model.build()
-  return model, hp
-
-
-def _inputs(rng, vocab, lengths):
-  rows = [list(rng.integers(2, vocab, size=n - 1)) + [1] for n in lengths]
-  width = max(lengths)
-  return np.array([r + [0] * (width - len(r)) for r in rows], np.int32)
 
 
 def _loaded(trained):
@@ -79,12 +64,6 @@ class _PeakyLateEos:
     return self._adjust(logits, tf.range(tf.shape(logits)[1])[None])  # [1, length]
 
 
-# Two float32 computations of one model (the cached search, the full pass the port
-# reads) give scores within this of each other: the tests' score tolerance, and the
-# eps of the near-tie rule (tests/near_ties.py) for the ids.
-SCORE_EPS = 1e-4
-
-
 def _assert_row_equals_port(ids, scores, port_ids, port_scores, port_margins, ties):
   """ids `[beams, L]`, scores `[beams]` vs the port's `[beams, steps]`, `[beams]`; where
   the ids differ, the port's search must have made a choice within 2 * SCORE_EPS (a
@@ -106,10 +85,10 @@ def test_each_sentence_decodes_as_t2t_alone():
   (with early stopping), some reach the cap with finished beams, and some reach
   it with nothing finished (returned without EOS, raw log-prob).
   """
-  model = _PeakyLateEos(_random_model(overrides=",hidden_size=32,"
+  model = _PeakyLateEos(random_model(overrides=",hidden_size=32,"
                                       "filter_size=64,num_heads=2")[0])
   lengths, extra, alpha = [2, 3, 4, 6, 8], 4, 0.6
-  x = _inputs(np.random.default_rng(0), 30, lengths)
+  x = id_rows(np.random.default_rng(0), 30, lengths)
   # The n-best run's top beam is T2T's stop_early top beam: once the best finished
   # score beats the alive bound no later hypothesis can beat it (the top_beams=1
   # stopping itself is checked against the port in test_beam_search.py).
@@ -144,8 +123,8 @@ def test_each_sentence_decodes_as_t2t_alone():
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_cached_equals_uncached_random_model(beam):
-  model, _ = _random_model()
-  x = _inputs(np.random.default_rng(0), 30, [5, 3, 7])
+  model, _ = random_model()
+  x = id_rows(np.random.default_rng(0), 30, [5, 3, 7])
   dhp = create_decode_hparams(f"beam_size={beam},extra_length=6")
   fast = decoding.make_decode_fn(model, dhp, use_cache=True)(tf.constant(x))
   slow = decoding.make_decode_fn(model, dhp, use_cache=False)(tf.constant(x))
@@ -155,23 +134,8 @@ def test_cached_equals_uncached_random_model(beam):
 
 
 def test_cached_logits_equal_recomputation_each_step():
-  model, _ = _random_model()
-  assert_cached_logits_equal_recomputation(model, _inputs(np.random.default_rng(1), 30, [6, 4]))
-
-
-def assert_cached_logits_equal_recomputation(model, x, steps=8):
-  """Each step's logits with the cache equal those recomputed from the whole prefix."""
-  enc, bias = model.encode(x)
-  slow_state = decoding.initial_state(model, enc, bias, steps, use_cache=False)
-  fast_state = model.init_decoding_state(enc, bias, steps)
-  ids = np.zeros([x.shape[0], steps + 1], np.int32)
-  fast_fn = decoding.make_symbols_to_logits_fn(model, True)
-  slow_fn = decoding.make_symbols_to_logits_fn(model, False)
-  for i in range(steps):
-    fast, fast_state = fast_fn(tf.constant(ids), i, fast_state)
-    slow, _ = slow_fn(tf.constant(ids), i, slow_state)
-    np.testing.assert_allclose(fast.numpy(), slow.numpy(), atol=1e-5)
-    ids[:, i + 1] = np.argmax(fast.numpy(), -1)
+  model, _ = random_model()
+  assert_cached_logits_equal_recomputation(model, id_rows(np.random.default_rng(1), 30, [6, 4]))
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -210,8 +174,8 @@ def test_beam_one_equals_greedy():
   finished, so where that beats greedy's final score beam 1 returns it instead:
   then it is greedy's prefix followed by EOS, with a higher score.
   """
-  model, _ = _random_model()
-  x = tf.constant(_inputs(np.random.default_rng(2), 30, [4, 6, 5, 7, 3, 5]))
+  model, _ = random_model()
+  x = tf.constant(id_rows(np.random.default_rng(2), 30, [4, 6, 5, 7, 3, 5]))
   dhp = "extra_length=5,alpha=0.0"
   greedy_ids, greedy_scores = decoding.make_decode_fn(
       model, create_decode_hparams("beam_size=1," + dhp))(x)
@@ -223,7 +187,7 @@ def test_beam_one_equals_greedy():
       beam_search.BeamSearchOptions(beam_size=1, vocab_size=30, alpha=0.0), state,
       decode_lengths=decoding._input_lengths(x) + 5)
   # Otherwise the two searches part only at a near-tie of greedy's choices (both
-  # read this model's cached logits; tests/near_ties.py).
+  # read this model's cached logits; tests/support/near_ties.py).
   margin_of = near_ties.model_margin_of(model, x.numpy(), 1, 0.0, 5, 30)
   same = ties = 0
   for row in range(6):
@@ -244,28 +208,17 @@ def test_beam_one_equals_greedy():
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_batch_equals_alone(beam):
-  model, _ = _random_model()
-  x = _inputs(np.random.default_rng(3), 30, [7, 3, 5, 2])
+  model, _ = random_model()
+  x = id_rows(np.random.default_rng(3), 30, [7, 3, 5, 2])
   dhp = create_decode_hparams(f"beam_size={beam},extra_length=4")
   assert_batch_equals_alone(decoding.make_decode_fn(model, dhp), x,
                             near_ties.model_margin_of(model, x, beam, dhp.alpha, 4, 30))
 
 
-def assert_batch_equals_alone(fn, x, margin_of):
-  """Each row decoded in the batch equals it decoded alone (ids, then only padding),
-  or is a near-tie (tests/near_ties.py; margin_of: its `model_margin_of`)."""
-  batch_ids, batch_scores = fn(tf.constant(x))
-  alone = [fn(tf.constant(x[row:row + 1, :np.count_nonzero(x[row])])) for row in range(len(x))]
-  near_ties.assert_decodes_equal_or_near_tie(
-      (batch_ids, batch_scores), ([a[0][0].numpy() for a in alone],
-                                  [a[1][0].numpy() for a in alone]),
-      margin_of, SCORE_EPS, "batch vs alone")
-
-
 @pytest.mark.parametrize("beam", [1, 3])
 def test_xla_equals_default(beam):
-  model, _ = _random_model()
-  x = tf.constant(_inputs(np.random.default_rng(4), 30, [6, 4]))
+  model, _ = random_model()
+  x = tf.constant(id_rows(np.random.default_rng(4), 30, [6, 4]))
   dhp = create_decode_hparams(f"beam_size={beam},extra_length=5")
   plain = decoding.make_decode_fn(model, dhp)(x)
   xla = decoding.make_decode_fn(model, dhp, jit_compile=True)(x)
@@ -407,32 +360,18 @@ def test_xla_with_bucketed_lengths_decodes_as_without(trained):
   assert list(xla._decode_fns) == [(True, False)]  # XLA, no prefix input
 
 
-def _op_types(concrete) -> collections.Counter:
-  """(op type, dtype attr T) counts of a traced function and of every function it
-  calls (loop bodies)."""
-  graph_def = concrete.graph.as_graph_def()
-  nodes = list(graph_def.node)
-  for function in graph_def.library.function:
-    nodes.extend(function.node_def)
-  def dtype(node):
-    code = node.attr["T"].type if "T" in node.attr else 0  # 0: no single-type T
-    return tf.dtypes.as_dtype(code).name if code else ""
-
-  return collections.Counter((node.op, dtype(node)) for node in nodes)
-
-
 def test_graph_decoding_writes_buffers_in_place_xla_by_scatter():
   """Without XLA the graph runtime would copy each whole key/value buffer at every
   step to scatter into it: the graph path writes in place (one write per key and
   value buffer of each decoder layer), XLA by its own scatter."""
-  model, hp = _random_model()
-  x = tf.constant(_inputs(np.random.default_rng(4), 30, [6, 4]))
+  model, hp = random_model()
+  x = tf.constant(id_rows(np.random.default_rng(4), 30, [6, 4]))
   dhp = create_decode_hparams("beam_size=3,extra_length=5")
-  graph = _op_types(decoding.make_decode_fn(model, dhp).get_concrete_function(x))
+  graph = op_types(decoding.make_decode_fn(model, dhp).get_concrete_function(x))
   assert graph[("InplaceUpdate", "float32")] == 2 * hp.num_hidden_layers
   assert graph[("Empty", "")] == 2 * hp.num_hidden_layers
   assert not graph[("TensorScatterUpdate", "float32")]
-  xla = _op_types(decoding.make_decode_fn(model, dhp, jit_compile=True)
+  xla = op_types(decoding.make_decode_fn(model, dhp, jit_compile=True)
                   .get_concrete_function(x))
   assert xla[("TensorScatterUpdate", "float32")] == 2 * hp.num_hidden_layers
   assert not xla[("InplaceUpdate", "float32")]
@@ -443,9 +382,9 @@ def test_concurrent_decodes_do_not_share_buffers():
   """Each call writes into buffers of its own (as a server's concurrent requests do):
   two threads decoding different batches at once give each batch's serial output."""
   import threading
-  model, _ = _random_model()
+  model, _ = random_model()
   rng = np.random.default_rng(8)
-  batches = [tf.constant(_inputs(rng, 30, [7, 5, 6])), tf.constant(_inputs(rng, 30, [7, 3, 7]))]
+  batches = [tf.constant(id_rows(rng, 30, [7, 5, 6])), tf.constant(id_rows(rng, 30, [7, 3, 7]))]
   fn = decoding.make_decode_fn(model, create_decode_hparams("beam_size=3,extra_length=6"))
   serial = [fn(b)[0].numpy() for b in batches]
   for _ in range(3):
@@ -470,11 +409,11 @@ def test_bfloat16_weights_cast_once_decode_bit_identical_to_mixed_precision():
   so the same search op by op, exactly on every CPU (the same logits make the same
   choices). In a graph, TensorFlow's optimizer fuses the mixed model's per-use
   casts into its kernels, so the graph decodes are compared by the near-tie rule at
-  bfloat16's rounding (tests/near_ties.py)."""
+  bfloat16's rounding (tests/support/near_ties.py)."""
   import keras
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
-    model, _ = _random_model()
+    model, _ = random_model()
   finally:
     keras.mixed_precision.set_global_policy("float32")
   twin = inference.inference_model(model)
@@ -483,8 +422,8 @@ def test_bfloat16_weights_cast_once_decode_bit_identical_to_mixed_precision():
     want = "float32" if "layer_norm" in v.path else "bfloat16"
     assert v.dtype == want, v.path
   rng = np.random.default_rng(9)
-  x = _inputs(rng, 30, [6, 4, 5])
-  feats = {"inputs": x, "targets": _inputs(rng, 30, [5, 5, 3])}
+  x = id_rows(rng, 30, [6, 4, 5])
+  feats = {"inputs": x, "targets": id_rows(rng, 30, [5, 5, 3])}
   np.testing.assert_array_equal(twin(feats).numpy(), model(feats).numpy())
   dhp = create_decode_hparams("beam_size=3,extra_length=5")
   mixed_fn = functools.partial(decoding.decode_ids, model, decode_hp=dhp)
@@ -509,7 +448,7 @@ def test_bfloat16_weights_cast_once_decode_bit_identical_to_mixed_precision():
                                              "bfloat16 twin vs mixed model, graphs")
   near_ties.assert_decodes_equal_or_near_tie(ours, eager_ours, margin_of, eps,
                                              "bfloat16 twin, graph vs op by op")
-  float_model, _ = _random_model()
+  float_model, _ = random_model()
   assert inference.inference_model(float_model) is float_model
 
 
@@ -532,7 +471,7 @@ def test_text_decoder_of_a_mixed_bfloat16_model_follows_its_weights():
   import keras
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
-    model, _ = _random_model()
+    model, _ = random_model()
   finally:
     keras.mixed_precision.set_global_policy("float32")
   encoders = {"inputs": _IdEncoder(), "targets": _IdEncoder()}

@@ -94,7 +94,7 @@ def test_replicas_draw_their_own_masks_reproducibly(tmp_path):
   import os
   import subprocess
   import sys
-  from tests.test_training import ENV, REPO
+  from tests.support.env import ENV, REPO
   out_path = str(tmp_path / "replica_dropout.npz")
   result = subprocess.run([sys.executable, os.path.join(REPO, "tests", "scripts",
                                                         "replica_dropout.py"), REPO, out_path],

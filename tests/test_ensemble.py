@@ -11,13 +11,13 @@ import tensorflow as tf
 import t2t_keras
 from t2t_keras import beam_search, decoding, ensemble
 from t2t_keras.hparams import create_decode_hparams
-from tests import near_ties
-from tests import t2t_numpy_decoding as t2t
-from tests.cli_in_process import run_cli
-from tests.trained_fixture import SMALL, train_tiny_run
+from tests.support import near_ties
+from tests.support import t2t_numpy_decoding as t2t
+from tests.support.cli import run_cli
+from tests.support.trained_fixture import SMALL, train_tiny_run
 
-# Two float32 computations of one model's scores lie within this (test_decoding.py's
-# SCORE_EPS); the ensemble's are a mean of two such, so the same bound holds.
+# Two float32 computations of one model's scores lie within this (tolerances.SCORE_EPS);
+# the ensemble's are a mean of two such, so the same bound holds.
 SCORE_EPS = 1e-4
 LINES = ["the big house", "a small red cat runs and the dog sees", "old", "the dog",
          "a green cat sees the old house and a blue dog", "new red", "the cat runs",

@@ -25,8 +25,8 @@ from t2t_keras import decode_text, decoding, export
 import t2t_keras
 from t2t_keras.cli import query
 from t2t_keras.hparams import create_decode_hparams
-from tests import near_ties
-from tests.test_decoding import SCORE_EPS
+from tests.support import near_ties
+from tests.support.tolerances import SCORE_EPS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
@@ -52,7 +52,7 @@ FORBIDDEN_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 # the cached decode, whose scores lie within SCORE_EPS (1e-4, checked by
 # tests/test_decoding.py) of the full uncached pass T2T's NumPy search reads; so
 # their texts are equal or part at a choice of margin <= 2 * SCORE_EPS (the near-tie
-# rule, tests/near_ties.py). The same signature on the same batch in one process is
+# rule, tests/support/near_ties.py). The same signature on the same batch in one process is
 # bitwise the same (same kernels, same shapes) and is compared exactly.
 
 

@@ -13,8 +13,8 @@ import pytest
 import t2t_keras
 from data_gen.text_encoder import ByteTextEncoder
 from t2t_keras import lm_decoding
-from tests.cli_in_process import run_cli_output
-from tests.test_lm_model import lm
+from tests.support.cli import run_cli_output
+from tests.support.random_lm import lm
 
 BYTES = 258  # ByteTextEncoder: 2 reserved ids + 256 bytes
 

@@ -17,14 +17,13 @@ import sys
 import pytest
 import tensorflow as tf
 
-from tests.cli_in_process import run_cli
-from tests.tiny_problem import make_tiny_problem
+from tests.support.cli import run_cli
+from tests.support.tiny_problem import ONE_LAYER, make_tiny_problem
 from t2t_keras import checkpoints, experiment, run_dir
 from t2t_keras.hparams import create_hparams
 from t2t_keras.run_dir import ModelSpec
 from t2t_keras.training import Trainer, create_strategy
 
-HP = "num_hidden_layers=1,hidden_size=16,filter_size=32,num_heads=2,batch_size=128"
 STEPS = 4
 
 
@@ -46,7 +45,7 @@ class _Run:
     self.data_dir = make_tiny_problem(root, train=200, dev=8)
     problem = registry.problem("translate_from_files", self.data_dir)
     enc = problem.feature_encoders(self.data_dir)
-    self.hp = create_hparams("transformer_tiny", HP)
+    self.hp = create_hparams("transformer_tiny", ONE_LAYER)
     self.spec = ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
     self.pattern = problem.filepattern(self.data_dir, "train")
     self.dir = os.path.join(root, "good")

@@ -21,8 +21,7 @@ import sys
 
 import pytest
 
-from tests.test_faults_checkpoints import HP
-from tests.tiny_problem import make_tiny_problem
+from tests.support.tiny_problem import ONE_LAYER, make_tiny_problem
 from t2t_keras import run_lock
 
 NAME = "translate_from_files"
@@ -128,7 +127,7 @@ def run(tmp_path_factory):
   data_dir = make_tiny_problem(root, train=200, dev=8)
   problem = registry.problem(NAME, data_dir)
   enc = problem.feature_encoders(data_dir)
-  hp = create_hparams("transformer_tiny", HP)
+  hp = create_hparams("transformer_tiny", ONE_LAYER)
   spec = run_dir.ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
   output_dir = os.path.join(root, "run")
   run_dir.save_or_check_run_files(output_dir, hp, NAME, spec,
@@ -301,7 +300,7 @@ def _vocab_command(command, run, tmp_path, data_dir):
   if command == "trainer":  # a new run
     return "t2t_keras.cli.trainer", [
         f"--problem={NAME}", f"--data_dir={data_dir}", f"--output_dir={out}",
-        "--hparams_set=transformer_tiny", f"--hparams={HP}", "--train_steps=1",
+        "--hparams_set=transformer_tiny", f"--hparams={ONE_LAYER}", "--train_steps=1",
         "--schedule=train"], out
   if command == "decoder":
     return "t2t_keras.cli.decoder", [

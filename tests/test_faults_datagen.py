@@ -15,8 +15,8 @@ from data_gen import generator_utils as gu
 from data_gen import manifest as manifest_lib
 from data_gen import registry
 from t2t_keras import inputs
-from tests.test_datagen_cli import _run_in_process
-from tests.tiny_problem import write_parallel
+from tests.support.cli import run_datagen_in_process
+from tests.support.tiny_problem import write_parallel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
@@ -35,7 +35,7 @@ def _files(tmp_path, train=400, dev=20):
 
 
 def _datagen_in_process(capsys, *args):
-  code, out, err = _run_in_process(capsys, *args)
+  code, out, err = run_datagen_in_process(capsys, *args)
   return code, out + err
 
 

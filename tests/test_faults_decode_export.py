@@ -24,10 +24,10 @@ import tensorflow_text  # noqa: F401  (registers the TF-Text ops the SavedModel 
 import t2t_keras
 from t2t_keras import checkpoints, decode_text, decoding, errors, export, run_dir
 from t2t_keras.hparams import create_decode_hparams, create_hparams
-from tests import near_ties, stub_decoding
-from tests.test_decoding import SCORE_EPS
-from tests.cli_in_process import run_cli_output
-from tests.tiny_problem import make_tiny_problem
+from tests.support import near_ties, stub_decoding
+from tests.support.tolerances import SCORE_EPS
+from tests.support.cli import run_cli_output
+from tests.support.tiny_problem import make_tiny_problem
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
@@ -111,7 +111,7 @@ def test_long_inputs_decoder_equals_saved_model_on_every_line(run, tmp_path):
   # rows, whose kernels may round differently. Each is the cached decode, within
   # SCORE_EPS (1e-4, tests/test_decoding.py) of the full pass T2T's NumPy search
   # reads, so a line may differ only at a choice of margin <= 2 * SCORE_EPS
-  # (tests/near_ties.py). The empty line has no choice (inf): it must match.
+  # (tests/support/near_ties.py). The empty line has no choice (inf): it must match.
   margin_of = near_ties.model_margin_of(
       run["model"], [decoder._encode(line)[0] for line in LINES], decode_hp.beam_size,
       decode_hp.alpha, decode_hp.extra_length, run["model"].target_vocab_size)
@@ -186,7 +186,7 @@ def test_decode_from_dev_stdin_reads_a_pipe_to_its_end(run, tmp_path):
   got = proc.stdout.split("\n")
   assert len(got) == 4 and got[-1] == "", proc.stdout  # every line read, one output each
   # Another process may round the same float32 model differently (its own thread
-  # split of a matmul): a line may differ only at a near-tie (tests/near_ties.py).
+  # split of a matmul): a line may differ only at a near-tie (tests/support/near_ties.py).
   margin_of = near_ties.model_margin_of(
       run["model"], [decoder._encode(line)[0] for line in LINES[:3]], decode_hp.beam_size,
       decode_hp.alpha, decode_hp.extra_length, run["model"].target_vocab_size)

@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.cli_in_process import run_cli
-from tests.tiny_problem import make_tiny_problem
+from tests.support.cli import run_cli
+from tests.support.tiny_problem import make_tiny_problem
 from t2t_keras import avg_checkpoints, checkpoints, errors, experiment, precision, run_dir, training
 from t2t_keras.hparams import create_hparams
 from t2t_keras.training import Trainer, create_strategy

@@ -21,7 +21,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from tests.tiny_problem import make_tiny_problem
+from tests.support.tiny_problem import make_tiny_problem
 from t2t_keras import errors, experiment, inputs, run_dir
 from t2t_keras.hparams import create_hparams
 from t2t_keras.run_dir import ModelSpec

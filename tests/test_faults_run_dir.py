@@ -22,8 +22,9 @@ import sys
 import pytest
 import tensorflow as tf
 
-from tests.test_trainer_stops import ENV, HP, SLOW_TRAINER, wait_for
-from tests.tiny_problem import make_tiny_problem
+from tests.support.env import ENV
+from tests.support.tiny_problem import ONE_LAYER, make_tiny_problem
+from tests.support.trainer_process import SLOW_TRAINER, wait_for
 from t2t_keras import checkpoints, errors, experiment, run_dir, run_lock
 from t2t_keras.hparams import create_hparams
 from t2t_keras.run_dir import ModelSpec
@@ -40,7 +41,7 @@ class _Problem:
     self.data_dir = make_tiny_problem(root, train=200, dev=8)
     problem = registry.problem("translate_from_files", self.data_dir)
     enc = problem.feature_encoders(self.data_dir)
-    self.hp = create_hparams("transformer_tiny", HP)
+    self.hp = create_hparams("transformer_tiny", ONE_LAYER)
     self.spec = ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size,
                           problem.target_space_id)
     self.pattern = problem.filepattern(self.data_dir, "train")
@@ -55,8 +56,9 @@ class _Problem:
 
   def args(self, output_dir, train_steps, *extra):
     return ["--problem=translate_from_files", f"--data_dir={self.data_dir}",
-            f"--output_dir={output_dir}", "--hparams_set=transformer_tiny", f"--hparams={HP}",
-            "--schedule=train", "--log_every_steps=1", f"--train_steps={train_steps}", *extra]
+            f"--output_dir={output_dir}", "--hparams_set=transformer_tiny",
+            f"--hparams={ONE_LAYER}", "--schedule=train", "--log_every_steps=1",
+            f"--train_steps={train_steps}", *extra]
 
 
 @pytest.fixture(scope="module")

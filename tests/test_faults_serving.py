@@ -1,6 +1,6 @@
 """Serving faults: decoder/SavedModel agreement on nasty input, bad rows, ranks, modes, leftovers.
 
-The model is a stub (`tests/stub_decoding.py`): output = "Haus\\nKatze\\t" + the input
+The model is a stub (`tests/support/stub_decoding.py`): output = "Haus\\nKatze\\t" + the input
 echoed, so the text path (normalisation, encode, decode, output clean-up) is tested
 exactly, without training.
 """
@@ -17,7 +17,7 @@ import tensorflow_text  # noqa: F401  (registers the TF-Text ops the SavedModel 
 from data_gen import graph_text_encoder, text_encoder, tokenizer
 from t2t_keras import decode_text, decoding, export
 from t2t_keras.hparams import create_decode_hparams, create_hparams
-from tests import stub_decoding
+from tests.support import stub_decoding
 
 NASTY = ["", " ", "\u2028", "\u00a0", "\u2028\u00a0 \u2029", "\t", "\r", "\x00", "\u200b",
          "\ufeff", "\u0301", "\u3000", "\x85\x0b\x0c", "Haus\u0301", " \u2028Haus\u00a0\t",

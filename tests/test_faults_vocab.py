@@ -24,10 +24,8 @@ import tensorflow as tf
 from data_gen import manifest as manifest_lib
 from data_gen import text_encoder
 from data_gen.translate_from_files import TranslateFromFiles
-from tests.test_datagen_cli import _run_in_process
-from tests.cli_in_process import run_cli
-from tests.test_faults_checkpoints import HP
-from tests.tiny_problem import make_tiny_problem
+from tests.support.cli import run_cli, run_datagen_in_process
+from tests.support.tiny_problem import ONE_LAYER, make_tiny_problem
 
 NAME = "translate_from_files"
 VOCAB = "vocab.%s.200.subwords" % NAME
@@ -39,7 +37,7 @@ def _train(capsys, data_dir, output_dir, steps=1):
   """Runs the trainer CLI in this process; returns (exit code, stdout, stderr)."""
   code = _cli_plain("t2t_keras.cli.trainer", [
       "--problem=" + NAME, f"--data_dir={data_dir}", f"--output_dir={output_dir}",
-      "--hparams_set=transformer_tiny", f"--hparams={HP}", f"--train_steps={steps}",
+      "--hparams_set=transformer_tiny", f"--hparams={ONE_LAYER}", f"--train_steps={steps}",
       "--schedule=train", "--log_every_steps=1"])
   captured = capsys.readouterr()
   return code, captured.out, captured.err
@@ -53,7 +51,7 @@ def run(tmp_path_factory):
   run_dir = str(root / "run")
   code = _cli_plain("t2t_keras.cli.trainer", [
       "--problem=" + NAME, f"--data_dir={data_dir}", f"--output_dir={run_dir}",
-      "--hparams_set=transformer_tiny", f"--hparams={HP}", "--train_steps=1",
+      "--hparams_set=transformer_tiny", f"--hparams={ONE_LAYER}", "--train_steps=1",
       "--schedule=train"])
   assert code in (0, None)
   source = root / "source.en"
@@ -214,7 +212,7 @@ def test_run_of_an_older_version_warns_and_resume_records_the_hash(run, tmp_path
 def test_datagen_refuses_ids_outside_the_vocab(tmp_path, capsys, monkeypatch):
   text = tmp_path / "text"
   text.mkdir()
-  from tests.tiny_problem import write_parallel
+  from tests.support.tiny_problem import write_parallel
   write_parallel(str(text / "train"), 50, seed=1)
   write_parallel(str(text / "dev"), 5, seed=2)
   real = TranslateFromFiles.generate_encoded_samples
@@ -227,7 +225,7 @@ def test_datagen_refuses_ids_outside_the_vocab(tmp_path, capsys, monkeypatch):
 
   monkeypatch.setattr(TranslateFromFiles, "generate_encoded_samples", too_big)
   data_dir = tmp_path / "data"
-  code, out, err = _run_in_process(
+  code, out, err = run_datagen_in_process(
       capsys, "--problem=" + NAME, f"--data_dir={data_dir}", "--vocab_size=64",
       "--num_shards=2", f"--tmp_dir={tmp_path / 'tmp'}",
       f"--train_source={text}/train.en", f"--train_target={text}/train.de",

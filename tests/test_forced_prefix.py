@@ -10,11 +10,11 @@ import t2t_keras
 from t2t_keras import beam_search, decoding
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from t2t_keras.model import Transformer
-from tests import near_ties
-from tests import t2t_numpy_decoding as t2t
-from tests.cli_in_process import run_cli
+from tests.support import near_ties
+from tests.support import t2t_numpy_decoding as t2t
+from tests.support.cli import run_cli
+from tests.support.tolerances import SCORE_EPS
 
-SCORE_EPS = 1e-4  # two float32 computations of one model's scores (test_decoding.py)
 VOCAB = 30
 
 

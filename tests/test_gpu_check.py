@@ -5,7 +5,7 @@ import re
 import subprocess
 import sys
 
-from tests.test_training import ENV, REPO
+from tests.support.env import ENV, REPO
 
 
 def test_gpu_check_passes_on_two_logical_cpus_and_reports_every_figure():

@@ -32,7 +32,7 @@ from t2t_keras import decode_text, inputs
 from t2t_keras.hparams import DecodeHParams, HParams, create_hparams
 from t2t_keras.model import Transformer
 from t2t_keras.run_dir import ModelSpec
-from tests.scripts.step_utils import one_step
+from tests.support.step_utils import one_step
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = 30
@@ -472,8 +472,8 @@ def test_adam_fields_give_tf1_adam_over_three_updates():
   of T2T's optimizer) fed the gradient of T2T's loss at its own weights; the same
   reference with any one of the three at its default is far off."""
   from t2t_keras import run_dir
-  from tests.t2t_numpy_training import Tf1Adam
-  from tests.scripts.step_utils import t2t_loss_grads
+  from tests.support.t2t_numpy_training import Tf1Adam
+  from tests.support.step_utils import t2t_loss_grads
   fields = {"optimizer_adam_beta1": 0.7, "optimizer_adam_beta2": 0.9,
             "optimizer_adam_epsilon": 1e-3}
   lr = 0.01
@@ -513,8 +513,8 @@ def test_weight_decay_adds_wd_times_v_to_the_gradient_t2t_decays():
   wd * v on every variable T2T's `optimize.weight_decay` decays (all but 1-D
   variables whose T2T name ends with "bias"), and of the loss gradient alone on
   the others. Linear Adam (epsilon 10) reveals the gradient exactly."""
-  from tests.scripts.step_utils import LINEAR_ADAM
-  from tests.scripts.step_utils import t2t_decayed
+  from tests.support.step_utils import LINEAR_ADAM
+  from tests.support.step_utils import t2t_decayed
   wd = 0.5
   hp = create_hparams("transformer_tiny", f"{TINY},{LINEAR_ADAM}")
   lr, eps = hp.learning_rate_constant, hp.optimizer_adam_epsilon
@@ -576,7 +576,7 @@ def _t2t_smoothed_loss(logits, targets, label_smoothing):
 def test_reported_loss_is_t2t_smoothing_cross_entropy(label_smoothing):
   """The loss of a step equals T2T's smoothed cross-entropy of the model's logits
   (padding excluded); other label_smoothing values give a different loss."""
-  from tests.scripts.step_utils import batches
+  from tests.support.step_utils import batches
   hp = create_hparams("transformer_tiny", f"{TINY},{NO_DROPOUT}").replace(
       label_smoothing=label_smoothing)
   trainer = _trainer(hp)
@@ -595,7 +595,7 @@ def _untrained_run(tmp_path):
   """(data_dir, run_dir) of a tiny problem and an untrained model's run."""
   from data_gen import registry
   from t2t_keras.run_dir import save_or_check_run_files, vocab_record
-  from tests.tiny_problem import make_tiny_problem
+  from tests.support.tiny_problem import make_tiny_problem
   data_dir = make_tiny_problem(str(tmp_path), train=100, dev=6)
   problem = registry.problem("translate_from_files", data_dir)
   encoders = problem.feature_encoders(data_dir)

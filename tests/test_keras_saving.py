@@ -27,8 +27,8 @@ import tensorflow as tf
 from t2t_keras import decoding
 from t2t_keras.hparams import DecodeHParams, create_hparams
 from t2t_keras.model import Transformer
-from tests import near_ties
-from tests.test_decoding import SCORE_EPS
+from tests.support import near_ties
+from tests.support.tolerances import SCORE_EPS
 
 SMALL = ("num_hidden_layers=2,hidden_size=32,filter_size=64,num_heads=4,"
          "layer_prepostprocess_dropout=0.1,attention_dropout=0.1,relu_dropout=0.1")
@@ -209,7 +209,7 @@ def test_load_in_a_fresh_process(tmp_path):
   assert list(out["paths"]) == [v.path for v in model.weights]
   # Another process may split a matmul across threads differently: a float tolerance.
   np.testing.assert_allclose(out["logits"], model(features).numpy(), rtol=1e-5, atol=1e-5)
-  # Greedy ids: equal, or parted at a near-tie (tests/near_ties.py), as those logits are.
+  # Greedy ids: equal, or parted at a near-tie (tests/support/near_ties.py), as those logits are.
   margin_of = near_ties.model_margin_of(model, features["inputs"], 1, 0.0, GREEDY.extra_length,
                                         model.target_vocab_size)
   near_ties.assert_equal_or_near_tie(list(out["ids"]), list(_greedy(model, features["inputs"])[0]),

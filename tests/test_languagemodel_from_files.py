@@ -16,8 +16,7 @@ from data_gen import registry
 from data_gen.text_encoder import EOS_ID
 from t2t_keras import lm_decoding, run_dir
 from t2t_keras.lm_model import TransformerLM
-from tests.cli_in_process import run_cli_output
-from tests.test_datagen_cli import _run_in_process
+from tests.support.cli import run_cli_output, run_datagen_in_process
 
 NAME = "languagemodel_from_files"
 DETERMINERS, ADJECTIVES = ("the", "a"), ("big", "small", "red", "old")
@@ -44,7 +43,7 @@ def _datagen(tmp_path, capsys):
   write_text(tmp_path / "train.txt", 600, seed=1, blank_every=50)
   write_text(tmp_path / "dev.txt", 40, seed=2)
   data_dir = tmp_path / "data"
-  code, _, err = _run_in_process(
+  code, _, err = run_datagen_in_process(
       capsys, f"--problem={NAME}", f"--data_dir={data_dir}", f"--tmp_dir={tmp_path / 'tmp'}",
       f"--train_text={tmp_path / 'train.txt'}", f"--dev_text={tmp_path / 'dev.txt'}",
       "--vocab_size=50", "--num_shards=2")

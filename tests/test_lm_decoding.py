@@ -1,13 +1,13 @@
 """Scoring and sampling with a language model (`lm_decoding.py`), against T2T's
-algorithm in NumPy (tests/t2t_numpy_lm.py) on the same random weights."""
+algorithm in NumPy (tests/support/t2t_numpy_lm.py) on the same random weights."""
 
 import numpy as np
 import pytest
 
 from data_gen.text_encoder import ByteTextEncoder, EOS_ID
 from t2t_keras import lm_decoding
-from tests.t2t_numpy_lm import T2TNumpyLM, log_softmax
-from tests.test_lm_model import lm, t2t_tensors, targets_batch
+from tests.support.random_lm import lm, t2t_tensors, targets_batch
+from tests.support.t2t_numpy_lm import T2TNumpyLM, log_softmax
 
 BYTES = 258  # ByteTextEncoder: 2 reserved ids + 256 bytes
 

@@ -1,6 +1,6 @@
 """The language model (`lm_model.TransformerLM`): T2T's Transformer without inputs.
 
-Checked against tests/t2t_numpy_lm.py (T2T's algorithm in float64 NumPy) on the
+Checked against tests/support/t2t_numpy_lm.py (T2T's algorithm in float64 NumPy) on the
 same weights, every weight (layer norms included) set to random values so that
 no two tensors can be swapped unnoticed; and cached incremental decoding
 against the teacher-forced call, step by step.
@@ -10,48 +10,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_keras import errors, run_dir, t2t_import
+from t2t_keras import errors
 from t2t_keras.hparams import create_hparams
 from t2t_keras.lm_model import TransformerLM
-from t2t_keras.run_dir import ModelSpec
-from tests.t2t_numpy_lm import T2TNumpyLM
-
-VOCAB = 37
-SMALL = ("num_hidden_layers=2,hidden_size=16,filter_size=24,num_heads=2,"
-         "layer_prepostprocess_dropout=0,attention_dropout=0,relu_dropout=0")
-
-
-def lm(hparams_set="transformer_base", overrides="", vocab=VOCAB, seed=0):
-  """A built LM (through run_dir.build_model, as trainer and decoder build it) with
-  every variable set to random values."""
-  hp = create_hparams(hparams_set, SMALL + ("," + overrides if overrides else ""))
-  model = run_dir.build_model(hp, ModelSpec(vocab, vocab, 0, has_inputs=False))
-  rng = np.random.default_rng(seed)
-  for v in model.trainable_variables:
-    v.assign(rng.normal(0.0, 0.5, v.shape).astype(np.float32))
-  return model
-
-
-def t2t_tensors(model):
-  """The model's weights under T2T's checkpoint names (what T2TNumpyLM reads)."""
-  tensors = {name: v.numpy() for name, v in t2t_import.body_variable_map(model).items()}
-  hp = model.hparams
-  roles = ({"shared": model.softmax} if hp.shared_embedding_and_softmax_weights else
-           {"target_emb": model.target_modality, "softmax": model.softmax})
-  for role, modality in roles.items():
-    name = f"symbol_modality_{model.target_vocab_size}_{hp.hidden_size}"
-    tensors[f"transformer/{name}/{role}/weights_0"] = \
-        modality.weights_var.numpy()
-  return tensors
-
-
-def targets_batch(seed=1, rows=3, length=9, vocab=VOCAB):
-  rng = np.random.default_rng(seed)
-  targets = rng.integers(2, vocab, size=(rows, length))
-  targets[:, -1] = 1  # EOS
-  targets[1, 5:] = 0  # a shorter row: padding
-  targets[1, 4] = 1
-  return targets
+from tests.support.random_lm import SMALL, VOCAB, lm, t2t_tensors, targets_batch
+from tests.support.t2t_numpy_lm import T2TNumpyLM
 
 
 @pytest.mark.parametrize("hparams_set, overrides", [

@@ -18,8 +18,8 @@ import tensorflow as tf
 from t2t_keras import decoding, experiment, run_dir
 from t2t_keras.hparams import DecodeHParams
 from t2t_keras.training import Trainer, create_strategy
-from tests import near_ties
-from tests.test_decoding import SCORE_EPS
+from tests.support import near_ties
+from tests.support.tolerances import SCORE_EPS
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "main_checkpoint")
 
@@ -57,7 +57,7 @@ def test_beam_search_matches_the_writing_commit(loaded, expected):
   # are the cached float32 decode, within SCORE_EPS (1e-4, tests/test_decoding.py) of
   # today's full pass (which test_logits_match_the_writing_commit ties to the stored
   # logits), so the ids are equal or part at a choice of margin <= 2 * SCORE_EPS of
-  # T2T's search (tests/near_ties.py). The scores of equal ids keep this test's
+  # T2T's search (tests/support/near_ties.py). The scores of equal ids keep this test's
   # tolerance of the logits, atol + rtol * |score| with 1e-5 each, at the largest score.
   score_atol = 1e-5 * (1 + np.abs(expected["beam_scores"]).max())
   margin_of = near_ties.model_margin_of(model, expected["inputs"], decode_hp.beam_size,

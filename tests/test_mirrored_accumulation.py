@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.scripts.step_utils import LINEAR_ADAM, assert_same_training
-from tests.test_training import ENV, REPO
+from tests.support.env import ENV, REPO
+from tests.support.step_utils import LINEAR_ADAM, assert_same_training
 
 STEPS = 20  # the micro-batches alternate 2 shapes (XLA compiles each on each replica)
 # The summed gradient's norm is ~0.3: a clip of 0.1 is active at every step.

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.scripts.step_utils import batches, concat, one_step
+from tests.support.step_utils import batches, concat, one_step
 from t2t_keras import experiment, precision
 from t2t_keras.hparams import create_hparams
 from t2t_keras.run_dir import ModelSpec

@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from tests.scripts.step_utils import (LINEAR_ADAM, assert_same_training, batches, concat,
-                                     run_steps, split_rows)
-from tests.test_training import ENV, REPO, SPEC, _free_ports
+from tests.support.env import ENV, REPO, free_ports
+from tests.support.step_utils import (LINEAR_ADAM, SPEC, assert_same_training, batches, concat,
+                                      run_steps, split_rows)
 from t2t_keras.hparams import create_hparams
 from t2t_keras.training import Trainer, create_strategy
 
@@ -24,7 +24,7 @@ _PORT_TAKEN = ("Address already in use", "Failed to add port", "bind")
 def _run_two_workers(out_path, jit):
   """Both workers to the end; retried with new ports if one was taken meanwhile."""
   for _ in range(3):
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
     procs = [subprocess.Popen(
         [sys.executable, SCRIPT, REPO, HPARAMS, str(STEPS), out_path] + ["jit"] * jit,
         env=dict(ENV, TF_CONFIG=json.dumps({"cluster": cluster,

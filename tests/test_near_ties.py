@@ -1,4 +1,4 @@
-"""The near-tie rule of tests/near_ties.py: its margins and the derivation it rests on.
+"""The near-tie rule of tests/support/near_ties.py: its margins and the derivation it rests on.
 
 The rule accepts two decodes that differ only when the reference search made a
 choice whose margin is <= 2 * eps. Checked here on the NumPy port itself, with
@@ -12,9 +12,9 @@ differences do happen (the check is not vacuous).
 import numpy as np
 import pytest
 
-from tests import near_ties
-from tests import t2t_numpy_decoding as t2t
-from tests.test_decoding import SCORE_EPS
+from tests.support import near_ties
+from tests.support import t2t_numpy_decoding as t2t
+from tests.support.tolerances import SCORE_EPS
 
 EOS = t2t.EOS_ID
 

@@ -146,7 +146,7 @@ def test_decay_factors_match_t2t():
 
 
 # Every factor, with and without accumulation, at the steps T2T users read off
-# their logs; NumPy port of T2T's learning_rate.py (tests/t2t_numpy_training.py).
+# their logs; NumPy port of T2T's learning_rate.py (tests/support/t2t_numpy_training.py).
 _SCHEDULES = {
     "transformer_base": "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size",
     "linear_decay": "constant*linear_warmup*linear_decay",
@@ -165,7 +165,7 @@ _SCHEDULES = {
 def test_schedule_is_t2t_at_its_step(name, accumulate, staircase):
   """The rate of update k equals T2T's at the global step MultistepAdam applies it:
   k without accumulation, (k + 1) * n - 1 with n micro-batches (read divided by n)."""
-  from tests import t2t_numpy_training as t2t_np
+  from tests.support import t2t_numpy_training as t2t_np
   train_steps = 20000
   hp = create_hparams("transformer_base", f"learning_rate_schedule={_SCHEDULES[name]},"
                       f"optimizer_multistep_accumulate_steps={accumulate},"

@@ -1,4 +1,4 @@
-"""tests/oracle_guard.py: a skipped oracle test fails the session, with and without xdist.
+"""tests/support/oracle_guard.py: a skipped oracle test fails the session (xdist or not).
 
 Each case runs a small pytest session in a fresh directory whose conftest loads the
 guard, in a subprocess (as `make test` runs pytest), and checks its exit status and
@@ -9,13 +9,13 @@ import pathlib
 
 import pytest
 
-from tests import oracle_guard
+from tests.support import oracle_guard
 
 pytest_plugins = ["pytester"]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
-CONFTEST = 'pytest_plugins = ["tests.oracle_guard"]\n'
+CONFTEST = 'pytest_plugins = ["tests.support.oracle_guard"]\n'
 ORACLE_SKIPPED = """
 import pytest
 
@@ -64,7 +64,8 @@ def test_bleu():
 @pytest.fixture
 def run(pytester, monkeypatch):
   """Writes the files, runs pytest on them in a subprocess: (RunResult, output)."""
-  monkeypatch.setenv("PYTHONPATH", str(REPO))  # the inner conftest imports tests.oracle_guard
+  # The inner conftest imports tests.support.oracle_guard.
+  monkeypatch.setenv("PYTHONPATH", str(REPO))
 
   def _run(files, *args):
     pytester.makeconftest(CONFTEST)

@@ -5,7 +5,7 @@ import pytest
 from data_gen import file_io
 from t2t_keras import decode_text, decoding
 from t2t_keras.hparams import create_decode_hparams
-from tests import stub_decoding
+from tests.support import stub_decoding
 
 LINES = ["der Hund", "", "Haus und Katze", "\u2028", "rot"]
 ECHO = ["der Hund", "", "Haus und Katze", "", "rot"]  # the inputs as the stub echoes them

@@ -20,8 +20,8 @@ import tensorflow as tf
 
 from data_gen import file_io
 from t2t_keras import errors, run_dir
-from tests.cli_in_process import run_cli_output
-from tests.tiny_problem import make_tiny_problem
+from tests.support.cli import run_cli_output
+from tests.support.tiny_problem import make_tiny_problem
 
 LINES = ["der Hund", "", "Haus und Katze", "rot"]
 TEXT = "".join(line + "\n" for line in LINES)

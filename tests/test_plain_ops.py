@@ -23,7 +23,7 @@ rounding, bounded as follows (unit roundoff u = 2^-24 = 6e-8):
 - Decoded ids identical, scores absolute 1e-4: a score sums ~10 log-probs
   (|score| < 30) of a float32 forward pass through weights within 1e-5. The test
   accepts a sentence that decodes differently only where the search made a
-  choice within twice that bound (a near-tie, tests/near_ties.py).
+  choice within twice that bound (a near-tie, tests/support/near_ties.py).
 Observed on a 2-core Zen 4: losses 7e-8 relative, weights 3.6e-7, scores 1e-6.
 
 And op by op: under the switch each layer's forward and backward trace holds
@@ -51,8 +51,9 @@ from t2t_keras.layers.layer_norm import LayerNorm
 from t2t_keras.model import Transformer
 from t2t_keras.optimization import FusedAdam
 from t2t_keras.perf import inference, xent
-from tests import near_ties
-from tests.tiny_problem import make_tiny_problem
+from tests.support import near_ties
+from tests.support.decode_checks import id_rows, op_types, random_model
+from tests.support.tiny_problem import make_tiny_problem
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_SCRIPT = os.path.join(REPO, "tests", "scripts", "plain_ops_run.py")
@@ -265,9 +266,8 @@ def test_under_the_switch_graph_decoding_copies_buffers_and_compiles_nothing(mon
   buffers in place (InplaceUpdate into Empty), reads their written prefix and runs
   its scoring step with XLA; under the switch it scatters into zeros and compiles
   nothing, and a mixed-bfloat16 model decodes as it is (perf.inference)."""
-  from tests.test_decoding import _inputs, _op_types, _random_model  # pylint: disable=g-import-not-at-top
-  model, hp = _random_model()
-  x = tf.constant(_inputs(np.random.default_rng(4), 30, [6, 4]))
+  model, hp = random_model()
+  x = tf.constant(id_rows(np.random.default_rng(4), 30, [6, 4]))
   dhp = create_decode_hparams("beam_size=3,extra_length=5")
   layers = hp.num_hidden_layers
 
@@ -275,7 +275,7 @@ def test_under_the_switch_graph_decoding_copies_buffers_and_compiles_nothing(mon
     fn = decoding.make_decode_fn(model, dhp).get_concrete_function(x)
     compiled = [f.signature.name for f in fn.graph.as_graph_def().library.function
                 if f.attr["_XlaMustCompile"].b]
-    return _op_types(fn), compiled, fn(x)
+    return op_types(fn), compiled, fn(x)
 
   monkeypatch.setenv(perf.PLAIN_OPS_ENV, "0")
   special, special_compiled, special_out = graph_of()
@@ -284,7 +284,7 @@ def test_under_the_switch_graph_decoding_copies_buffers_and_compiles_nothing(mon
   plain, plain_compiled, plain_out = graph_of()
   assert not plain[("InplaceUpdate", "float32")] and not plain[("Empty", "")]
   assert plain[("TensorScatterUpdate", "float32")] == 2 * layers and not plain_compiled
-  # Ids identical or a near-tie (tests/near_ties.py), scores within SCORE_ATOL.
+  # Ids identical or a near-tie (tests/support/near_ties.py), scores within SCORE_ATOL.
   margin_of = near_ties.model_margin_of(model, x.numpy(), 3, dhp.alpha, 5, 30)
   near_ties.assert_equal_or_near_tie(list(plain_out[0].numpy()), list(special_out[0].numpy()),
                                      margin_of, SCORE_ATOL, "plain vs special decodes")
@@ -293,7 +293,7 @@ def test_under_the_switch_graph_decoding_copies_buffers_and_compiles_nothing(mon
                              atol=SCORE_ATOL)
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
-    mixed, _ = _random_model()
+    mixed, _ = random_model()
   finally:
     keras.mixed_precision.set_global_policy("float32")
   assert inference.inference_model(mixed) is mixed
@@ -344,7 +344,7 @@ def test_losses_and_weights_agree_to_float32_rounding(both_runs):
 
 
 def test_beam_decodes_agree(both_runs):
-  """Ids identical, or a near-tie (tests/near_ties.py): the runs' scores are within
+  """Ids identical, or a near-tie (tests/support/near_ties.py): the runs' scores are within
   SCORE_ATOL of each other (checked), so with the special run's model as reference
   a sentence can decode differently only where its search made a choice within
   2 * SCORE_ATOL."""

@@ -1,8 +1,8 @@
 """T2T's prepend_mode: inputs, a 0 and targets as one target sequence.
 
-Against tests/t2t_numpy_lm.py (T2T's preprocess_example_common,
+Against tests/support/t2t_numpy_lm.py (T2T's preprocess_example_common,
 attention_bias_prepend_inputs_full_attention, weights_prepend_inputs_to_targets
-and smoothed cross-entropy in NumPy) and tests/t2t_numpy_model.py (T2T's
+and smoothed cross-entropy in NumPy) and tests/support/t2t_numpy_model.py (T2T's
 encoder-decoder forward pass; T2T's Transformer keeps encoding a problem's
 inputs in prepend mode), on the same random weights.
 """
@@ -17,9 +17,9 @@ from t2t_keras.hparams import create_hparams
 from t2t_keras.layers.attention import attention_bias_prepend_inputs_full_attention
 from t2t_keras.run_dir import ModelSpec
 from t2t_keras.training import Trainer, create_strategy
-from tests import t2t_numpy_lm as np_lm
-from tests.scripts.step_utils import one_step
-from tests.t2t_numpy_model import T2TNumpyTransformer
+from tests.support import t2t_numpy_lm as np_lm
+from tests.support.step_utils import one_step
+from tests.support.t2t_numpy_model import T2TNumpyTransformer
 
 VOCAB = 31
 SMALL = ("num_hidden_layers=2,hidden_size=16,filter_size=24,num_heads=2,"

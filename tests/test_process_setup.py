@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from tests.cli_in_process import run_cli
-from tests.tiny_problem import make_tiny_problem
+from tests.support.cli import run_cli
+from tests.support.tiny_problem import make_tiny_problem
 from t2t_keras import perf
 from t2t_keras.perf import process
 

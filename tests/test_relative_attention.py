@@ -1,6 +1,6 @@
 """Relative self-attention (T2T's `dot_product_relative`): T2T's numbers, cached decoding.
 
-Expectations: `tests/t2t_numpy_model.py` (NumPy from T2T's
+Expectations: `tests/support/t2t_numpy_model.py` (NumPy from T2T's
 `_generate_relative_positions_matrix` and `_relative_attention_inner`, reading
 T2T's variable names) for the forward pass; the uncached decoder (which re-runs
 the full relative attention over the prefix) for cached decoding. Sequences are
@@ -14,11 +14,13 @@ import tensorflow as tf
 from t2t_keras import decoding, t2t_import
 from t2t_keras.hparams import HParams, create_decode_hparams, create_hparams
 from t2t_keras.model import Transformer
-from tests.t2t_numpy_model import T2TNumpyTransformer
-from tests import near_ties
-from tests.test_decoding import (SCORE_EPS, assert_batch_equals_alone,
-                                 assert_cached_logits_equal_recomputation)
-from tests.test_t2t_import import BASE, _assert_close, _t2t_tensors, _write_t2t_checkpoint
+from tests.support import near_ties
+from tests.support.decode_checks import (assert_batch_equals_alone,
+                                         assert_cached_logits_equal_recomputation)
+from tests.support.t2t_checkpoint import (BASE, assert_close, random_t2t_tensors,
+                                          write_t2t_checkpoint)
+from tests.support.t2t_numpy_model import T2TNumpyTransformer
+from tests.support.tolerances import SCORE_EPS
 
 MAX = 2  # max_relative_position: far shorter than the sequences below
 RELATIVE = {"self_attention_type": "dot_product_relative", "max_relative_position": MAX,
@@ -26,8 +28,9 @@ RELATIVE = {"self_attention_type": "dot_product_relative", "max_relative_positio
 
 
 def _relative_tensors(hp_t2t, rng):
-  """T2T-named tensors of a relative model: `_t2t_tensors` plus both tables per self-attention."""
-  tensors = _t2t_tensors(hp_t2t, 20, 20, rng)
+  """T2T-named tensors of a relative model: `random_t2t_tensors` plus both tables per
+  self-attention."""
+  tensors = random_t2t_tensors(hp_t2t, 20, 20, rng)
   depth = hp_t2t["hidden_size"] // hp_t2t["num_heads"]
   for name in list(tensors):
     if name.endswith("/self_attention/multihead_attention/q/kernel"):
@@ -45,7 +48,7 @@ def test_t2t_relative_checkpoint_imports_and_equals_numpy(tmp_path, norm):
     hp_t2t.update(layer_preprocess_sequence="none", layer_postprocess_sequence="dan")
   tensors = _relative_tensors(hp_t2t, np.random.default_rng(0))
   assert sum("relative_positions" in n for n in tensors) == 2 * 3  # 2 encoder + 1 decoder layers
-  path = _write_t2t_checkpoint(str(tmp_path / "model.ckpt"), tensors)
+  path = write_t2t_checkpoint(str(tmp_path / "model.ckpt"), tensors)
   hp = t2t_import.hparams_from_t2t(hp_t2t)
   assert (hp.self_attention_type, hp.max_relative_position, hp.pos) == (
       "dot_product_relative", MAX, "none")
@@ -59,7 +62,7 @@ def test_t2t_relative_checkpoint_imports_and_equals_numpy(tmp_path, norm):
   targets[0, 4:] = 0
   got = model({"inputs": inputs, "targets": targets}, training=False).numpy()
   want = T2TNumpyTransformer(path, hp_t2t, 3).logits(inputs, targets)
-  _assert_close(got, want, rtol=1e-5)
+  assert_close(got, want, rtol=1e-5)
   # The tables matter: without them the same weights give other logits.
   plain = T2TNumpyTransformer(path, dict(hp_t2t, self_attention_type="dot_product"), 3)
   assert np.abs(plain.logits(inputs, targets) - want).max() > 1e-2 * np.abs(want).max()
@@ -67,8 +70,8 @@ def test_t2t_relative_checkpoint_imports_and_equals_numpy(tmp_path, norm):
 
 def test_checkpoint_without_relative_tables_is_refused(tmp_path):
   hp_t2t = dict(BASE, **RELATIVE)
-  tensors = _t2t_tensors(hp_t2t, 20, 20, np.random.default_rng(0))
-  path = _write_t2t_checkpoint(str(tmp_path / "model.ckpt"), tensors)
+  tensors = random_t2t_tensors(hp_t2t, 20, 20, np.random.default_rng(0))
+  path = write_t2t_checkpoint(str(tmp_path / "model.ckpt"), tensors)
   model = Transformer(t2t_import.hparams_from_t2t(hp_t2t), 20, 20)
   model.build()
   with pytest.raises(ValueError, match="relative_positions_keys/embeddings"):
@@ -133,6 +136,6 @@ def test_batch_equals_alone_and_xla_equals_default(model, beam):
 
 
 def _margin_of(model, x, dhp):
-  """The near-tie margins (tests/near_ties.py) of decoding the rows of `x` with `dhp`."""
+  """The near-tie margins (tests/support/near_ties.py) of decoding the rows of `x` with `dhp`."""
   return near_ties.model_margin_of(model, np.asarray(x), dhp.beam_size, dhp.alpha,
                                    dhp.extra_length, model.target_vocab_size)

@@ -19,7 +19,7 @@ from t2t_keras import hparams as hp_lib
 from t2t_keras import hparams_sets
 from t2t_keras import precision
 from t2t_keras.t2t_import_hparams import hparams_from_t2t
-from tests.cli_in_process import run_cli, run_cli_output
+from tests.support.cli import run_cli, run_cli_output
 from tests.scripts import extract_t2t_hparams_sets as extract
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -248,7 +248,7 @@ def test_trainer_refuses_mixed_precision_that_disagrees_with_activation_dtype(tm
 
 
 def test_fairseq_fp16_set_trains_in_mixed_float16(tmp_path, capsys, policy_reset):
-  from tests.tiny_problem import make_tiny_problem
+  from tests.support.tiny_problem import make_tiny_problem
   data_dir = make_tiny_problem(str(tmp_path), train=200, dev=16)
   code, out, err = run_cli_output("t2t_keras.cli.trainer", [
       "--problem=translate_from_files", f"--data_dir={data_dir}",

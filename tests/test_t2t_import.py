@@ -1,8 +1,9 @@
 """Importing T2T runs: the real T2T checkpoint and synthetic T2T-named ones vs NumPy.
 
-Expectations come from `tests/t2t_numpy_model.py`, a NumPy forward pass that
+Expectations come from `tests/support/t2t_numpy_model.py`, a NumPy forward pass that
 reads T2T's tensors by T2T's names, and from T2T's serving client convention
-(a hand-built `tf.train.Example` with int64 `inputs` = ids + EOS).
+(a hand-built `tf.train.Example` with int64 `inputs` = ids + EOS). The checkpoints and
+the `imported`/`loaded` fixtures' builders are in `tests/support/t2t_checkpoint.py`.
 """
 
 import json
@@ -16,63 +17,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.scripts.step_utils import one_step
-from tests.test_decoding import SCORE_EPS
-from tests.t2t_numpy_model import T2TNumpyTransformer
+from tests.support.env import ENV, REPO
+from tests.support.step_utils import one_step
+from tests.support.t2t_checkpoint import (BASE, DE_TOK, SENTENCES, T2T_RUN, VOCAB, assert_close,
+                                          decoder_and_numpy_scores, id_batch, random_t2t_tensors,
+                                          reference_model, t2t_hparams, write_t2t_checkpoint)
+from tests.support.tolerances import SCORE_EPS
+from tests.support.t2t_numpy_model import T2TNumpyTransformer
 from t2t_keras import t2t_import
 from t2t_keras import run_dir as run_dir_lib
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
-# The checkpoint T2T itself wrote (Apache-2.0, Google LLC; see its README.md).
-T2T_RUN = pathlib.Path(__file__).resolve().parent / "data" / "t2t_transformer_test_ckpt"
-VOCAB = "vocab.translate_ende_wmt8k.8192.subwords"
-DE_TOK = 8  # T2T's SpaceID.DE_TOK: the only target-space row the T2T step updated
-SENTENCES = [("Hello world.", "Hallo Welt."),
-             ("The house is small and the cat sees the dog.", "Das Haus ist klein."),
-             ("Good morning", "")]
-
-
-def _t2t_hparams():
-  return json.loads((T2T_RUN / "hparams.json").read_text())
-
-
-def _reference():
-  return T2TNumpyTransformer(str(T2T_RUN / "model.ckpt-1"), _t2t_hparams(), DE_TOK)
-
-
-def _assert_close(got, want, rtol=1e-5):
-  """Equal within rtol relative to the largest magnitude of `want`."""
-  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-  assert got.shape == want.shape
-  scale = max(np.abs(want).max(), 1e-30)
-  assert np.abs(got - want).max() <= rtol * scale, (np.abs(got - want).max(), scale)
-
-
-@pytest.fixture(scope="module")
-def imported(tmp_path_factory):
-  """The real T2T run imported with the CLI: (run_dir, CLI stdout)."""
-  run_dir = str(tmp_path_factory.mktemp("import") / "run")
-  result = subprocess.run([sys.executable, "-m", "t2t_keras.cli.import_checkpoint",
-                           f"--t2t_output_dir={T2T_RUN}", f"--output_dir={run_dir}"],
-                          capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return run_dir, result.stdout
-
-
-@pytest.fixture(scope="module")
-def loaded(imported):
-  import t2t_keras
-  from t2t_keras import run_dir
-  opened = t2t_keras.open_run(imported[0])  # an imported run holds its vocabulary
-  spec = run_dir.load_run_files(imported[0])[2]
-  return opened.model, opened.hparams, opened.problem.name, spec, opened.encoders
-
-
-def _ids(encoders, texts, side="inputs"):
-  rows = [encoders[side].encode(t) + [1] for t in texts]
-  width = max(len(r) for r in rows)
-  return np.array([r + [0] * (width - len(r)) for r in rows], np.int32)
 
 
 # ---------------------------------------------------------------------------
@@ -91,31 +44,15 @@ def test_imported_run_layout_and_logits_equal_numpy_t2t(imported, loaded):
   # The registered target space is the row T2T's Adam updated.
   assert t2t_import.trained_target_spaces(str(T2T_RUN / "model.ckpt-1")) == [DE_TOK]
   assert os.path.exists(os.path.join(run_dir, VOCAB)) and "t2t_keras_decoder" in stdout
-  inputs = _ids(encoders, [s for s, _ in SENTENCES])
-  targets = _ids(encoders, [t for _, t in SENTENCES], "targets")
+  inputs = id_batch(encoders, [s for s, _ in SENTENCES])
+  targets = id_batch(encoders, [t for _, t in SENTENCES], "targets")
   got = model({"inputs": inputs, "targets": targets}, training=False).numpy()
-  _assert_close(got, _reference().logits(inputs, targets))
+  assert_close(got, reference_model().logits(inputs, targets))
 
 
 def test_decoder_score_file_equals_numpy_log_probs(imported, loaded, tmp_path):
   got, want = decoder_and_numpy_scores(imported[0], loaded[4], tmp_path)
   np.testing.assert_allclose(got, want, rtol=1e-5)
-
-
-def decoder_and_numpy_scores(run_dir, encoders, tmp_path, *flags):
-  """(t2t_keras_decoder --score_file of SENTENCES with `flags`, NumPy T2T's log-probs)."""
-  score_file = tmp_path / "pairs.tsv"
-  score_file.write_text("".join(f"{s}\t{t}\n" for s, t in SENTENCES), encoding="utf-8")
-  result = subprocess.run([sys.executable, "-m", "t2t_keras.cli.decoder",
-                           f"--output_dir={run_dir}", f"--data_dir={run_dir}",
-                           f"--score_file={score_file}", *flags],
-                          capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
-  assert result.returncode == 0, result.stderr[-3000:]
-  got = [float(line) for line in result.stdout.split()]
-  ref = _reference()
-  want = [ref.log_prob(_ids(encoders, [s]), _ids(encoders, [t], "targets"))[0]
-          for s, t in SENTENCES]
-  return got, want
 
 
 def test_exported_beam_search_equals_numpy_t2t_beam_search_per_sentence(imported, loaded,
@@ -125,7 +62,7 @@ def test_exported_beam_search_equals_numpy_t2t_beam_search_per_sentence(imported
   import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
   from t2t_keras import export
   from t2t_keras.hparams import create_decode_hparams
-  from tests.t2t_numpy_decoding import t2t_beam_search
+  from tests.support.t2t_numpy_decoding import t2t_beam_search
   run_dir = imported[0]
   model, hp, _, _, encoders = loaded
   extra_length = 3
@@ -134,8 +71,8 @@ def test_exported_beam_search_equals_numpy_t2t_beam_search_per_sentence(imported
   version = export.export_saved_model(model, hp, decode_hp, vocab, str(tmp_path / "export"),
                                       encoders)
   served = tf.saved_model.load(version)
-  ref = _reference()
-  # eps of the near-tie rule (tests/near_ties.py): the float32 model's log-probs of
+  ref = reference_model()
+  # eps of the near-tie rule (tests/support/near_ties.py): the float32 model's log-probs of
   # these sentences' beams differ from this float64 NumPy model's by < 4e-6 (a few
   # float32 ulps of sums near -90, ulp 7.6e-6), and its cached decode's from its full
   # pass by less than SCORE_EPS (1e-4, tests/test_decoding.py); SCORE_EPS bounds both
@@ -208,80 +145,11 @@ def test_trainer_fine_tunes_the_imported_run_from_t2t_step(imported, tmp_path):
 # ---------------------------------------------------------------------------
 # Synthetic T2T-named checkpoints (post-norm v1 layout, unshared embeddings).
 
-BASE = {"hidden_size": 8, "filter_size": 12, "num_heads": 2, "num_hidden_layers": 2,
-        "num_encoder_layers": 0, "num_decoder_layers": 1, "norm_epsilon": 1e-6,
-        "symbol_modality_num_shards": 3, "multiply_embedding_mode": "sqrt_depth",
-        "shared_embedding_and_softmax_weights": True, "layer_preprocess_sequence": "n",
-        "layer_postprocess_sequence": "da", "daisy_chain_variables": True, "moe_k": 2}
-
-
-def _t2t_tensors(hp, vocab_in, vocab_out, rng):
-  """Random arrays under T2T's names and shapes for T2T hparams `hp`."""
-  d, f = hp["hidden_size"], hp["filter_size"]
-  t = {"transformer/body/target_space_embedding/kernel": rng.normal(size=(32, d))}
-  norm_scopes = []
-  has_norm = lambda key: hp[key] != "none" and "n" in hp[key]
-
-  def sublayer(scope, body):
-    t.update(body)
-    if has_norm("layer_preprocess_sequence"):
-      norm_scopes.append(f"{scope}/layer_prepostprocess/layer_norm")
-    if has_norm("layer_postprocess_sequence"):
-      norm_scopes.append(f"{scope}/layer_postprocess/layer_norm")
-
-  attn = lambda s: {f"{s}/multihead_attention/{p}/kernel": rng.normal(size=(d, d)) * d ** -0.5
-                    for p in ("q", "k", "v", "output_transform")}
-  ffn = lambda s: {f"{s}/conv1/kernel": rng.normal(size=(d, f)) * d ** -0.5,
-                   f"{s}/conv1/bias": rng.normal(size=f) * 0.1,
-                   f"{s}/conv2/kernel": rng.normal(size=(f, d)) * f ** -0.5,
-                   f"{s}/conv2/bias": rng.normal(size=d) * 0.1}
-  layers = {"encoder": hp["num_encoder_layers"] or hp["num_hidden_layers"],
-            "decoder": hp["num_decoder_layers"] or hp["num_hidden_layers"]}
-  for stack, count in layers.items():
-    for i in range(count):
-      scope = f"transformer/body/{stack}/layer_{i}"
-      sublayer(f"{scope}/self_attention", attn(f"{scope}/self_attention"))
-      if stack == "decoder":
-        sublayer(f"{scope}/encdec_attention", attn(f"{scope}/encdec_attention"))
-      sublayer(f"{scope}/ffn", ffn(f"{scope}/ffn"))
-    if has_norm("layer_preprocess_sequence"):
-      norm_scopes.append(f"transformer/body/{stack}/layer_prepostprocess/layer_norm")
-  for scope in norm_scopes:
-    t[f"{scope}/layer_norm_scale"] = 1 + 0.3 * rng.normal(size=d)
-    t[f"{scope}/layer_norm_bias"] = 0.3 * rng.normal(size=d)
-  shards = hp["symbol_modality_num_shards"]
-  roles = ({"shared": vocab_in} if hp["shared_embedding_and_softmax_weights"] else
-           {"input_emb": vocab_in, "target_emb": vocab_out, "softmax": vocab_out})
-  for role, vocab in roles.items():
-    for i in range(shards):
-      rows = vocab // shards + (1 if i < vocab % shards else 0)
-      t[f"transformer/symbol_modality_{vocab}_{d}/{role}/weights_{i}"] = \
-          rng.normal(size=(rows, d)) * d ** -0.5
-  return t
-
-
-def _write_t2t_checkpoint(prefix, tensors, step=7):
-  """A TF1 checkpoint by tf.compat.v1.train.Saver in graph mode, with T2T's extras."""
-  extras = {"global_step": np.int64(step), "training/beta1_power": np.float32(0.9),
-            "training/beta2_power": np.float32(0.98)}
-  for name in list(tensors)[:3]:
-    extras[f"training/{name}/Adam"] = np.zeros_like(tensors[name])
-    if name.endswith("target_space_embedding/kernel"):
-      extras[f"training/{name}/Adam"][3] = 1e-3  # T2T's sparse Adam: only row 3 moved
-    extras[f"training/{name}/Adam_1"] = np.zeros_like(tensors[name])
-  with tf.Graph().as_default():
-    variables = [tf.compat.v1.Variable(np.asarray(v, np.float32) if k != "global_step" else v,
-                                       name=k) for k, v in {**tensors, **extras}.items()]
-    saver = tf.compat.v1.train.Saver(variables)
-    with tf.compat.v1.Session() as session:
-      session.run(tf.compat.v1.global_variables_initializer())
-      return saver.save(session, prefix, global_step=step)
-
 
 def _import_synthetic(tmp_path, hp_t2t, vocab_in, vocab_out, seed=0):
   from t2t_keras.model import Transformer
-  tensors = _t2t_tensors(hp_t2t, vocab_in, vocab_out, np.random.default_rng(seed))
-  path = _write_t2t_checkpoint(str(tmp_path / "model.ckpt"), tensors)
+  tensors = random_t2t_tensors(hp_t2t, vocab_in, vocab_out, np.random.default_rng(seed))
+  path = write_t2t_checkpoint(str(tmp_path / "model.ckpt"), tensors)
   hp = t2t_import.hparams_from_t2t(hp_t2t)
   model = Transformer(hp, vocab_in, vocab_out, target_space_id=3)
   model.build()
@@ -309,16 +177,16 @@ def test_synthetic_t2t_checkpoint_imports_and_equals_numpy(tmp_path, overrides, 
   targets[0, 3:] = 0
   got = model({"inputs": inputs, "targets": targets}, training=False).numpy()
   want = T2TNumpyTransformer(path, hp_t2t, 3).logits(inputs, targets)
-  _assert_close(got, want)
+  assert_close(got, want)
 
 
 def test_missing_and_unexpected_variables_are_listed(tmp_path):
   from t2t_keras.model import Transformer
-  tensors = _t2t_tensors(BASE, 20, 20, np.random.default_rng(0))
+  tensors = random_t2t_tensors(BASE, 20, 20, np.random.default_rng(0))
   gone = "transformer/body/decoder/layer_0/ffn/conv2/bias"
   del tensors[gone]
   tensors["transformer/body/decoder/layer_0/ffn/conv3/kernel"] = np.zeros((8, 8))
-  path = _write_t2t_checkpoint(str(tmp_path / "model.ckpt"), tensors)
+  path = write_t2t_checkpoint(str(tmp_path / "model.ckpt"), tensors)
   model = Transformer(t2t_import.hparams_from_t2t(BASE), 20, 20)
   model.build()
   before = [w.copy() for w in model.get_weights()]
@@ -348,7 +216,7 @@ def test_unimplemented_t2t_hparams_are_refused_by_name_and_value(tmp_path):
   t2t_dir = tmp_path / "t2t"
   shutil.copytree(T2T_RUN, t2t_dir)
   os.chmod(t2t_dir / "hparams.json", 0o644)
-  (t2t_dir / "hparams.json").write_text(json.dumps(dict(_t2t_hparams(), pos="rope")))
+  (t2t_dir / "hparams.json").write_text(json.dumps(dict(t2t_hparams(), pos="rope")))
   with pytest.raises(ValueError, match=r"hparams.pos.*'rope'"):
     t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "out"), log=lambda line: None)
   assert sorted(os.listdir(tmp_path)) == ["t2t"]
@@ -401,7 +269,7 @@ def test_fine_tuning_takes_t2t_adams_next_two_updates(tmp_path, source):
   NumPy, with the checkpoint's Adam/Adam_1 slots and beta powers, at T2T's global
   steps), or, without Adam state, a fresh TF1 Adam whose bias correction starts at
   the import while the learning rate continues at T2T's step."""
-  from tests import t2t_numpy_training as t2t_np
+  from tests.support import t2t_numpy_training as t2t_np
   from t2t_keras import experiment, losses, run_dir
   from t2t_keras.training import Trainer, create_strategy
   t2t_step = 1 if source != "no_optimizer_state" else 120
@@ -419,7 +287,7 @@ def test_fine_tuning_takes_t2t_adams_next_two_updates(tmp_path, source):
   config = experiment.RunConfig(output_dir=run, train_steps=100000)
   assert experiment.Experiment(trainer, config, None, None, log=lines.append).restore() == t2t_step
 
-  t2t_hp = dict(_t2t_hparams(), learning_rate_schedule="legacy", learning_rate=100.0)
+  t2t_hp = dict(t2t_hparams(), learning_rate_schedule="legacy", learning_rate=100.0)
   reader = tf.train.load_checkpoint(str(T2T_RUN / "model.ckpt-1"))
   names = _t2t_by_variable(trainer.model, reader)
   weights = [_read(reader, n) for n in names]

@@ -16,7 +16,7 @@ from data_gen import file_io
 from data_gen import generator_utils as gu
 from t2t_keras import decoding, export, inputs
 from t2t_keras.hparams import create_decode_hparams, create_hparams
-from tests import stub_decoding
+from tests.support import stub_decoding
 
 FINISHED = ["p-train-00000-of-00002", "p-dev-00000-of-00001", "vocab.p.64.subwords",
             "p.train.inputs.txt", "hparams.json", "1", "12", "ckpt-5.index"]

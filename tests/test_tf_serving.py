@@ -1,6 +1,6 @@
 """The export as a stock `tensorflow_model_server` runs it, against `t2t_keras_decoder`.
 
-Each export of a trained fixture is served by `tests/tf_serving_harness.py`: a fresh
+Each export of a trained fixture is served by `tests/support/tf_serving_harness.py`: a fresh
 process with only TensorFlow, TF Text and tensorflow-serving-api that disables XLA
 as the server's `main` does, loads the highest version with the session-based
 loader, replays every warm-up request (one failure fails the load) and answers gRPC
@@ -9,7 +9,7 @@ in-process on the same lines with the same decode hparams.
 
 Numerics. The server decodes the lines as one batch, the decoder in batches of its
 own (sorted by length), so matmuls run on other shapes and may round otherwise:
-texts are equal or part at a near-tie (tests/near_ties.py), with eps = SCORE_EPS
+texts are equal or part at a near-tie (tests/support/near_ties.py), with eps = SCORE_EPS
 for float32 (the cached decode's bound, tests/test_decoding.py) and bfloat16's for
 the mixed export. The same server on the same batch is compared exactly: gRPC with
 REST, a signature with another that runs the same search, the query command with
@@ -25,9 +25,9 @@ import pytest
 import t2t_keras
 from data_gen import file_io
 from t2t_keras import export, precision
-from tests import near_ties, tf_serving_harness
-from tests.cli_in_process import run_cli_output
-from tests.test_decoding import SCORE_EPS
+from tests.support import near_ties, tf_serving_harness
+from tests.support.cli import run_cli_output
+from tests.support.tolerances import SCORE_EPS
 
 DECODE_HP = "beam_size=4,alpha=0.6,extra_length=20"
 BEAM_SIZES = (1, 4)

@@ -1,4 +1,4 @@
-"""tests/tf_serving_harness.py against tiny hand-built SavedModels (no project code in them).
+"""tests/support/tf_serving_harness.py against tiny hand-built SavedModels (no project code).
 
 The toy model: `serving_default` takes `inputs` (strings) and an optional `alpha` (float, default
 [0.5] in the SignatureDef) and returns `outputs` (upper-cased) and `score` (length * alpha); `echo`
@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 from tensorflow_serving.apis import get_model_metadata_pb2, predict_pb2, prediction_log_pb2
 
-from tests import tf_serving_harness as harness
+from tests.support import tf_serving_harness as harness
 
 
 class _Toy(tf.Module):

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.cli_in_process import run_cli_output
-from tests.tiny_problem import make_tiny_problem
+from tests.support.cli import run_cli_output
+from tests.support.tiny_problem import make_tiny_problem
 
 HP = "num_hidden_layers=1,hidden_size=16,filter_size=32,num_heads=2,batch_size=128"
 TRAINER = "t2t_keras.cli.trainer"

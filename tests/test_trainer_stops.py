@@ -18,16 +18,13 @@ import time
 import pytest
 import tensorflow as tf
 
-from tests.tiny_problem import make_tiny_problem
+from tests.support.env import ENV
+from tests.support.tiny_problem import ONE_LAYER, make_tiny_problem
+from tests.support.trainer_process import start_slow, wait_for
 from t2t_keras import checkpoints, experiment, run_dir
 from t2t_keras.hparams import create_hparams
 from t2t_keras.run_dir import ModelSpec
 from t2t_keras.training import Trainer, create_strategy
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
-HP = "num_hidden_layers=1,hidden_size=16,filter_size=32,num_heads=2,batch_size=128"
-SLOW_TRAINER = os.path.join(REPO, "tests", "scripts", "slow_trainer.py")
 
 
 @pytest.fixture(scope="module")
@@ -37,29 +34,9 @@ def data_dir(tmp_path_factory):
 
 def _args(data_dir, output_dir, train_steps):
   return ["--problem=translate_from_files", f"--data_dir={data_dir}",
-          f"--output_dir={output_dir}", "--hparams_set=transformer_tiny", f"--hparams={HP}",
+          f"--output_dir={output_dir}", "--hparams_set=transformer_tiny", f"--hparams={ONE_LAYER}",
           "--schedule=train", "--log_every_steps=1", "--local_eval_frequency=100",
           f"--train_steps={train_steps}"]
-
-
-def start_slow(pause, args, env=ENV):
-  """The real trainer CLI in a subprocess, each step followed by `pause` seconds of sleep."""
-  return subprocess.Popen([sys.executable, SLOW_TRAINER, str(pause), *args], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def wait_for(proc, text, seen, timeout=300):
-  """Reads the merged output until a line contains `text`."""
-  deadline = time.time() + timeout
-  while time.time() < deadline:
-    line = proc.stdout.readline()
-    if not line:
-      break
-    seen.append(line)
-    if text in line:
-      return
-  proc.kill()
-  raise AssertionError(f"never saw {text!r}:\n" + "".join(seen[-40:]))
 
 
 def _run_json(output_dir):
@@ -120,7 +97,7 @@ def test_train_seconds_stops_within_one_step_and_resumes_with_a_fresh_budget(dat
   from data_gen import registry
   problem = registry.problem("translate_from_files", data_dir)
   enc = problem.feature_encoders(data_dir)
-  hp = create_hparams("transformer_tiny", HP)
+  hp = create_hparams("transformer_tiny", ONE_LAYER)
   spec = ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
   output_dir = str(tmp_path / "run")
   run_dir.save_or_check_run_files(output_dir, hp, "translate_from_files", spec)
@@ -159,7 +136,7 @@ def test_the_trainer_warns_in_one_line_when_train_steps_end_inside_the_warmup(
     data_dir, tmp_path, capsys):
   """transformer_tiny's 8000 warmup steps and --train_steps=2: one warning line naming
   the hparam to set; with the warmup shortened to 1 step, none."""
-  from tests.cli_in_process import run_cli_output
+  from tests.support.cli import run_cli_output
   outs = []
   for extra in ("", ",learning_rate_warmup_steps=1"):
     args = _args(data_dir, tmp_path / f"run{len(outs)}", 2)

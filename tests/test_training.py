@@ -3,7 +3,6 @@
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,18 +11,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.scripts.step_utils import (LINEAR_ADAM, batches, concat, one_step, t2t_decayed,
-                                     t2t_loss_grads)
-from tests import t2t_numpy_training as t2t_np
-from tests.tiny_problem import make_tiny_problem
+from tests.support.env import ENV, REPO, free_ports
+from tests.support.step_utils import (LINEAR_ADAM, SPEC, batches, concat, one_step,
+                                      t2t_decayed, t2t_loss_grads)
+from tests.support import t2t_numpy_training as t2t_np
+from tests.support.tiny_problem import make_tiny_problem
+from tests.support.trainer_process import start_slow, wait_for
 from t2t_keras import experiment, run_dir
 from t2t_keras.hparams import create_hparams
 from t2t_keras.run_dir import ModelSpec
 from t2t_keras.training import NonFiniteLossError, Trainer, create_strategy
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
-SPEC = ModelSpec(40, 40, 3)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +48,7 @@ def test_mirrored_two_cpus_equals_one_device():
 
 def test_accumulation_is_t2t_multistep_adam():
   """3 updates of 3 micro-batches each equal T2T's optimize + MultistepAdamOptimizer
-  (NumPy port, tests/t2t_numpy_training.py): the mean of each micro-batch's clipped
+  (NumPy port, tests/support/t2t_numpy_training.py): the mean of each micro-batch's clipped
   (own-token-mean + weight decay) gradient, Adam with TF1's bias correction, and the
   learning rate at T2T's global step (k + 1) * 3 - 1 divided by 3."""
   n = 3
@@ -165,22 +162,11 @@ def _vocab(data_dir):
   return enc["inputs"].vocab_size, enc["targets"].vocab_size
 
 
-def _free_ports(n):
-  socks = [socket.socket() for _ in range(n)]
-  for s in socks:
-    s.bind(("127.0.0.1", 0))
-  ports = [s.getsockname()[1] for s in socks]
-  for s in socks:
-    s.close()
-  return ports
-
-
 def test_multi_worker_mirrored_two_processes_stop_together(data_dir, tmp_path):
   """Two workers train; SIGTERM to the non-chief alone stops both after the same step,
   and the chief saves that step (the stop decision is all-reduced every step)."""
   import json
-  from tests.test_trainer_stops import start_slow, wait_for
-  ports = _free_ports(2)
+  ports = free_ports(2)
   cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
   output_dir = str(tmp_path / "mw")
   procs, seen = [], [[], []]

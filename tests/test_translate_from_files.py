@@ -8,8 +8,7 @@ import pytest
 import tensorflow as tf
 
 from data_gen import generator_utils, registry
-from tests.cli_in_process import run_cli_output
-from tests.test_datagen_cli import _run, _run_in_process
+from tests.support.cli import run_cli_output, run_datagen, run_datagen_in_process
 
 NAME = "translate_from_files"
 # 4 test pairs unlike the train/dev ones (fake_parallel_files: 40 train, 5 dev).
@@ -55,7 +54,7 @@ def _decoded(data_dir, split):
 
 def test_test_split_and_languages_are_written_and_recorded(files, tmp_path, capsys):
   data_dir = tmp_path / "data"
-  code, out, err = _run_in_process(capsys, *_args(
+  code, out, err = run_datagen_in_process(capsys, *_args(
       files, data_dir, "--vocab_size=50", "--test_source=" + files["test_source"],
       "--test_target=" + files["test_target"], "--source_lang=en", "--target_lang=de"))
   assert code == 0, err
@@ -79,7 +78,7 @@ def test_test_split_and_languages_are_written_and_recorded(files, tmp_path, caps
 
 def test_defaults_keep_src_tgt_and_no_test_split(files, tmp_path, capsys):
   data_dir = tmp_path / "data"
-  code, _, err = _run_in_process(capsys, *_args(files, data_dir, "--vocab_size=50"))
+  code, _, err = run_datagen_in_process(capsys, *_args(files, data_dir, "--vocab_size=50"))
   assert code == 0, err
   names = set(os.listdir(data_dir))
   assert {NAME + ".dev.src", NAME + ".dev.tgt"} <= names
@@ -88,16 +87,16 @@ def test_defaults_keep_src_tgt_and_no_test_split(files, tmp_path, capsys):
 
 
 def test_language_and_test_flags_are_checked(files, tmp_path, capsys):
-  code, _, err = _run_in_process(capsys, *_args(files, tmp_path / "a", "--source_lang=de",
-                                                "--target_lang=de"))
+  code, _, err = run_datagen_in_process(capsys, *_args(files, tmp_path / "a", "--source_lang=de",
+                                                       "--target_lang=de"))
   assert code == 2 and "source_lang and target_lang must differ" in err
-  code, _, err = _run_in_process(capsys, *_args(files, tmp_path / "b", "--target_lang=de/x"))
+  code, _, err = run_datagen_in_process(capsys, *_args(files, tmp_path / "b", "--target_lang=de/x"))
   assert code == 2 and "target_lang must be a language name" in err and "'de/x'" in err
-  code, _, err = _run_in_process(capsys, *_args(files, tmp_path / "c",
-                                                "--test_source=" + files["test_source"]))
+  code, _, err = run_datagen_in_process(capsys, *_args(files, tmp_path / "c",
+                                                       "--test_source=" + files["test_source"]))
   assert code == 2 and "give both test_source and test_target" in err
-  code, _, err = _run_in_process(capsys, "--problem=translate_ende_wmt32k",
-                                 "--data_dir=" + str(tmp_path / "d"), "--target_lang=de")
+  code, _, err = run_datagen_in_process(capsys, "--problem=translate_ende_wmt32k",
+                                        "--data_dir=" + str(tmp_path / "d"), "--target_lang=de")
   assert code == 2 and "--target_lang only apply to --problem=translate_from_files" in err
 
 
@@ -114,13 +113,13 @@ def test_vocab_size_warning_rule():
 
 def test_vocab_size_warning_when_the_corpus_is_too_small(files, tmp_path, capsys):
   # The 40 train pairs give 88 subwords at most (every piece kept): 1000 is far, 50 is not.
-  res = _run(*_args(files, tmp_path / "far", "--vocab_size=1000"))
+  res = run_datagen(*_args(files, tmp_path / "far", "--vocab_size=1000"))
   assert res.returncode == 0, res.stderr
   lines = [line for line in res.stderr.splitlines() if "subwords for a requested" in line]
   assert len(lines) == 1, res.stderr
   assert lines[0].startswith("W") and "built 88 subwords for a requested vocab_size of 1000" \
       in lines[0] and "training text is too small" in lines[0]
-  res = _run(*_args(files, tmp_path / "close", "--vocab_size=50"))
+  res = run_datagen(*_args(files, tmp_path / "close", "--vocab_size=50"))
   assert res.returncode == 0, res.stderr
   assert "subwords for a requested" not in res.stderr, res.stderr
   with open(os.path.join(tmp_path / "close", "vocab.%s.50.subwords" % NAME),
@@ -130,13 +129,14 @@ def test_vocab_size_warning_when_the_corpus_is_too_small(files, tmp_path, capsys
 
 def test_reencoded_message_only_over_existing_shards(files, tmp_path, capsys):
   data_dir = tmp_path / "data"
-  code, out, err = _run_in_process(capsys, *_args(files, data_dir, "--vocab_size=50"))
+  code, out, err = run_datagen_in_process(capsys, *_args(files, data_dir, "--vocab_size=50"))
   assert code == 0, err
   assert "vocab build" in out and "(reused)" not in out  # the vocab was built
   assert "re-encoded" not in out and "since the shards were written" not in out, out
   os.remove(os.path.join(data_dir, "vocab.%s.50.subwords" % NAME))  # rebuilt on the rerun
-  code, out, err = _run_in_process(capsys, "--problem=" + NAME, "--data_dir=" + str(data_dir),
-                                   "--tmp_dir=" + str(tmp_path / "tmp"))
+  code, out, err = run_datagen_in_process(capsys, "--problem=" + NAME,
+                                          "--data_dir=" + str(data_dir),
+                                          "--tmp_dir=" + str(tmp_path / "tmp"))
   assert code == 0, err
   assert "  vocab new since the shards were written: every split re-encoded" in out.splitlines()
   assert "skipped" not in out
@@ -163,7 +163,7 @@ def test_decoder_paper_bleu_follows_the_recorded_target_lang(files, tmp_path, ca
                                                               target_lang):
   data_dir, run_dir = str(tmp_path / "data"), str(tmp_path / "run")
   langs = ["--source_lang=en", "--target_lang=de"] if target_lang else []
-  code, _, err = _run_in_process(capsys, *_args(
+  code, _, err = run_datagen_in_process(capsys, *_args(
       files, data_dir, "--vocab_size=50", "--test_source=" + files["test_source"],
       "--test_target=" + files["test_target"], *langs))
   assert code == 0, err

@@ -10,16 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_gen import trees
+from tests.support.ptb_sample import (CAT, SAMPLE_COUNTS, SAMPLE_DIR, SAMPLE_TREES,
+                                      count_trees_by_text)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-# Trees written for these tests in the Penn Treebank `.mrg` format (see its README).
-SAMPLE_DIR = REPO / "tests" / "data" / "ptb_sample"
-# Counted by hand: {file number: (trees, words without -NONE- elements)}.
-SAMPLE_COUNTS = {1: (3, 42), 2: (2, 27), 3: (7, 55), 180: (3, 30), 181: (2, 18),
-                 190: (2, 17)}
-SAMPLE_TREES = sum(t for t, _ in SAMPLE_COUNTS.values())  # 19
-
-CAT = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))"
 
 
 def t2t_scan(one_line_tree):
@@ -84,12 +78,6 @@ def test_parse_errors_are_clear():
     trees.parse_tree("(S (DT a b))")
   with pytest.raises(ValueError, match="Expected one tree"):
     trees.parse_tree("(A (B c)) (A (B c))")
-
-
-def count_trees_by_text(path):
-  # Every sample tree starts with "(" in column 0 and nothing else does.
-  with open(path, encoding="utf-8") as f:
-    return sum(1 for line in f if line.startswith("("))
 
 
 def _sample_files():

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.test_decoding import SCORE_EPS
-from tests.tiny_problem import make_tiny_problem
+from tests.support.tolerances import SCORE_EPS
+from tests.support.tiny_problem import make_tiny_problem
 from t2t_keras import visualize
 from t2t_keras.hparams import create_hparams
 from t2t_keras.model import Transformer

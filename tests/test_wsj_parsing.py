@@ -9,7 +9,9 @@ import pytest
 from data_gen import registry
 from data_gen import trees
 from data_gen import wsj_parsing as wp
-from tests.test_trees import CAT, REPO, SAMPLE_COUNTS, SAMPLE_DIR, count_trees_by_text
+from tests.support.ptb_sample import CAT, SAMPLE_COUNTS, SAMPLE_DIR, count_trees_by_text
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 # ---- splits and problems --------------------------------------------------

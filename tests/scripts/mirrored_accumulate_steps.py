@@ -24,7 +24,7 @@ tf.config.set_logical_device_configuration(
     cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
 
 sys.path.insert(0, sys.argv[1])
-from tests.scripts.step_utils import batches, concat, run_steps, split_rows  # noqa: E402
+from tests.support.step_utils import batches, concat, run_steps, split_rows  # noqa: E402
 from t2t_keras.hparams import create_hparams  # noqa: E402
 from t2t_keras.run_dir import ModelSpec  # noqa: E402
 from t2t_keras.training import Trainer  # noqa: E402

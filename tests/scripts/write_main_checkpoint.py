@@ -28,7 +28,10 @@ STEPS = 30
 
 
 def main(commit: str) -> None:
-  from tests.trained_fixture import train_tiny_run
+  try:
+    from tests.support.trained_fixture import train_tiny_run
+  except ImportError:  # commits before tests/support/
+    from tests.trained_fixture import train_tiny_run
   from t2t_keras import decoding
   from t2t_keras.hparams import DecodeHParams
   try:

@@ -8,7 +8,7 @@ import os
 
 import tensorflow as tf
 
-from tests.tiny_problem import make_tiny_problem
+from tests.support.tiny_problem import make_tiny_problem
 
 SMALL = ("num_hidden_layers=2,hidden_size=64,filter_size=128,num_heads=4,batch_size=512,"
          "learning_rate_warmup_steps=100,learning_rate_constant=0.5")

@@ -10,7 +10,7 @@ of the CPU, not of the code.
 The rule, with its derivation. Let eps bound how far each of the two computations'
 candidate scores (log-probs of prefixes, length-normalised where the search
 normalises) lie from a reference's (the tests check that bound on the scores
-they compare). Run T2T's search on the reference (`tests/t2t_numpy_decoding.py`)
+they compare). Run T2T's search on the reference (`tests/support/t2t_numpy_decoding.py`)
 and record the margin of every choice it makes (the gap between the two scores
 it compared). If every margin exceeds 2 * eps, each computation's gap for that
 choice has the reference's sign (it moves by at most eps per score), so, step by
@@ -30,7 +30,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from tests import t2t_numpy_decoding as t2t
+from tests.support import t2t_numpy_decoding as t2t
 
 
 def reference_margin(logits_fn: t2t.LogitsFn, beam_size: int, alpha: float,

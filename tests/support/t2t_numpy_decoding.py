@@ -18,7 +18,7 @@ Both searches can record their decision margins (`margins=[]`): for every
 choice the search makes between two candidates (which 2 * beam extensions
 survive, which beam alive and finished ones are kept, whether to stop, the
 order of the returned hypotheses; greedy's argmax), the gap between the two
-scores it compared. `tests/near_ties.py` uses them: a computation whose
+scores it compared. `tests/support/near_ties.py` uses them: a computation whose
 scores are within eps of these makes every choice whose margin exceeds
 2 * eps the same way, so it can decode differently only where a margin is
 at most 2 * eps.

@@ -76,6 +76,6 @@ class OracleGuard:
 def pytest_configure(config):
   config.addinivalue_line(
       "markers", f"{MARKER}: compares with an independent reference; the session "
-      "fails if such a test is skipped (tests/oracle_guard.py)")
+      "fails if such a test is skipped (tests/support/oracle_guard.py)")
   if not config.pluginmanager.has_plugin("oracle_guard_state"):
     config.pluginmanager.register(OracleGuard(), "oracle_guard_state")

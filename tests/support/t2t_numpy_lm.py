@@ -23,7 +23,7 @@ from typing import Dict
 
 import numpy as np
 
-from tests.t2t_numpy_model import NEG, T2TNumpyTransformer
+from tests.support.t2t_numpy_model import NEG, T2TNumpyTransformer
 
 
 class T2TNumpyLM(T2TNumpyTransformer):

@@ -7,6 +7,10 @@ WORDS = {"the": "der", "a": "ein", "house": "Haus", "cat": "Katze", "dog": "Hund
          "runs": "läuft", "sees": "sieht", "big": "groß", "small": "klein", "red": "rot",
          "green": "grün", "blue": "blau", "and": "und", "old": "alt", "new": "neu"}
 
+# transformer_tiny overrides of a one-layer model that trains in seconds on this problem,
+# for tests of what happens around training (stops, faults) rather than of what it learns.
+ONE_LAYER = "num_hidden_layers=1,hidden_size=16,filter_size=32,num_heads=2,batch_size=128"
+
 
 def write_parallel(path_prefix: str, count: int, seed: int, max_words: int = 9):
   rng = random.Random(seed)

@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from t2t_keras import losses, t2t_import
+from t2t_keras.run_dir import ModelSpec
 
 # Dropout off, and Adam with epsilon far above sqrt(v): the first update is then
 # lr * g / epsilon, linear in the gradient, so equal weights mean equal gradients
@@ -11,6 +12,9 @@ from t2t_keras import losses, t2t_import
 LINEAR_ADAM = ("layer_prepostprocess_dropout=0,attention_dropout=0,relu_dropout=0,"
                "learning_rate_schedule=constant,learning_rate_constant=10,"
                "optimizer_adam_epsilon=10")
+
+# A model for `batches`' default vocabulary (target space 3).
+SPEC = ModelSpec(40, 40, 3)
 
 
 def batches(count, seed, vocab=40, shapes=None):

@@ -3,7 +3,7 @@
 Run as a fresh process that imports only TensorFlow, TF Text, tensorflow-serving-api, grpc and
 numpy (never t2t_keras, data_gen or tests):
 
-  python tests/tf_serving_harness.py --model_base_path=DIR --model_name=NAME
+  python tests/support/tf_serving_harness.py --model_base_path=DIR --model_name=NAME
 
 It follows the server's source (tensorflow/serving; behaviour re-implemented, no code copied):
 - model_servers/main.cc: tensorflow::DisableXlaCompilation() before anything loads, unless
@@ -59,7 +59,7 @@ import urllib.parse
 import urllib.request
 from concurrent import futures
 
-if __name__ == "__main__":  # a fresh process: keep tests/ itself off the import path
+if __name__ == "__main__":  # a fresh process: keep tests/support/ itself off the import path
   sys.path = [p for p in sys.path
               if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 

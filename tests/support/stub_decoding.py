@@ -8,7 +8,7 @@ scores 0, -1, ...
 
 import tensorflow as tf
 
-from tests.tiny_problem import WORDS
+from tests.support.tiny_problem import WORDS
 
 
 class NoModel:
