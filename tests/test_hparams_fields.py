@@ -62,10 +62,10 @@ REFUSED = {
 ALLOW_LIST = {
     HParams: {
         # T2T split the embedding into `weights_<i>` shards: a checkpoint layout
-        # only. The importer concatenates the shards it finds; its test writes
-        # checkpoints sharded by this field.
+        # only. The importer concatenates the shards it finds; its tests write
+        # checkpoints sharded by this field (the writer is in tests/support).
         "symbol_modality_num_shards": ("t2t_keras/t2t_import.py", "weights_",
-                                       "tests/test_t2t_import.py",
+                                       "tests/support/t2t_checkpoint.py",
                                        "names T2T checkpoint variables only"),
         # Tested in test_training against the NumPy port of T2T's MultistepAdam (derived bound).
         "optimizer_multistep_accumulate_steps": (
