@@ -31,11 +31,11 @@ import harness
 
 harness.configure_process()  # as the commands do, before TensorFlow loads
 
+from bench_input_pipeline import write_synthetic  # noqa: E402  pylint: disable=g-import-not-at-top
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from bench_input_pipeline import write_synthetic  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import inputs  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.training import inputs  # noqa: E402  pylint: disable=g-import-not-at-top
 
 DEFAULT_PROBLEM = "translate_ende_ding_bible8k"
 

@@ -3,7 +3,7 @@
 Engines: t2t-keras float32 (the decoder's default path: TensorFlow, XLA where
 `perf.inference` chooses it; in the worst case also with XLA, which the decoder
 takes for files of 2,000+ lines of such a model) and CTranslate2 float32, int8 and
-int8_float32 of the same weights (`t2t_keras.ctranslate2_export`). Both use every CPU of the
+int8_float32 of the same weights (`t2t_keras.export.ctranslate2`). Both use every CPU of the
 process. Timed runs of the engines alternate (round-robin, `--repeats` rounds
 after one untimed warm-up each); medians are printed, with the ratio to
 t2t-keras float32.
@@ -43,11 +43,10 @@ import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from data_gen.text_encoder import EOS_ID  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import ctranslate2_decode, ctranslate2_export  # noqa: E402
-from t2t_keras import decode_text  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.decoding import text_decoder  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.export import ctranslate2 as ctranslate2_lib, ctranslate2_decoder  # noqa: E402
 from t2t_keras.model import Transformer  # noqa: E402  pylint: disable=g-import-not-at-top
-
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
@@ -77,12 +76,12 @@ def _decode_hp(args, **kwargs):
                                    log_results=False, **kwargs)
 
 
-def _engines(model, encoders, decode_hp, vocab_files, tmp) -> Dict[str, decode_text.LineDecoder]:
-  model_dir = ctranslate2_export.export(model, vocab_files, os.path.join(tmp, "ct2"))
-  engines = {"t2t-keras float32": decode_text.TextDecoder(model, encoders, decode_hp,
+def _engines(model, encoders, decode_hp, vocab_files, tmp) -> Dict[str, text_decoder.LineDecoder]:
+  model_dir = ctranslate2_lib.export(model, vocab_files, os.path.join(tmp, "ct2"))
+  engines = {"t2t-keras float32": text_decoder.TextDecoder(model, encoders, decode_hp,
                                                           log=lambda _: None)}
-  for compute_type in ctranslate2_decode.COMPUTE_TYPES:
-    engines[f"CTranslate2 {compute_type}"] = ctranslate2_decode.CTranslate2Decoder(
+  for compute_type in ctranslate2_decoder.COMPUTE_TYPES:
+    engines[f"CTranslate2 {compute_type}"] = ctranslate2_decoder.CTranslate2Decoder(
         model_dir, encoders, decode_hp, compute_type=compute_type, log=lambda _: None)
   return engines
 
@@ -123,7 +122,7 @@ def worst(args, tmp) -> None:
     f.write("'a'\n")
   engines = _engines(model, None, _decode_hp(args), {"inputs": vocab, "targets": vocab}, tmp)
   # The decoder's default for a file of 2,000+ lines with this model (perf.inference).
-  engines["t2t-keras float32 XLA"] = decode_text.TextDecoder(
+  engines["t2t-keras float32 XLA"] = text_decoder.TextDecoder(
       model, None, _decode_hp(args), jit_compile=True, log=lambda _: None)
   for engine in engines.values():
     engine._start(len(rows))  # pylint: disable=protected-access
@@ -138,7 +137,7 @@ def worst(args, tmp) -> None:
 
 def test(args, tmp) -> None:
   import t2t_keras  # pylint: disable=g-import-not-at-top
-  from t2t_keras import bleu  # pylint: disable=g-import-not-at-top
+  from t2t_keras.scoring import bleu  # pylint: disable=g-import-not-at-top
   run = t2t_keras.open_run(args.output_dir, args.checkpoint_path or None, args.data_dir)
   model, problem, encoders, path = run.model, run.problem, run.encoders, run.checkpoint_path
   read = lambda p: open(p, encoding="utf-8").read().splitlines()
@@ -166,9 +165,9 @@ def int8_error_parts(args, model, encoders, lines, refs, vocab_files, tmp) -> No
   """Where int8's error comes from: log P(reference | source) of every test pair under
   int8 everywhere (what CTranslate2 loads), and under int8 embeddings and softmax
   projection only (the rest float32), against float32."""
-  from t2t_keras import bleu  # pylint: disable=g-import-not-at-top
+  from t2t_keras.scoring import bleu  # pylint: disable=g-import-not-at-top
   float_dir = os.path.join(tmp, "ct2")  # written by _engines
-  spec = ctranslate2_export.build_spec(model)
+  spec = ctranslate2_lib.build_spec(model)
   spec.validate()
   spec.optimize()
   # CTranslate2's own per-row int8 scheme, applied to the lookup tables and projection.
@@ -178,15 +177,15 @@ def int8_error_parts(args, model, encoders, lines, refs, vocab_files, tmp) -> No
   os.makedirs(parts_dir, exist_ok=True)
   spec.save(parts_dir)
   for side, path in vocab_files.items():
-    shutil.copyfile(path, os.path.join(parts_dir, ctranslate2_export.VOCAB_FILES[side]))
-  shutil.copyfile(os.path.join(float_dir, ctranslate2_export.INFO_FILE),
-                  os.path.join(parts_dir, ctranslate2_export.INFO_FILE))
+    shutil.copyfile(path, os.path.join(parts_dir, ctranslate2_lib.VOCAB_FILES[side]))
+  shutil.copyfile(os.path.join(float_dir, ctranslate2_lib.INFO_FILE),
+                  os.path.join(parts_dir, ctranslate2_lib.INFO_FILE))
   decode_hp = _decode_hp(args)
   variants = {"float32": (float_dir, "float32"), "int8 everywhere": (float_dir, "int8"),
               "int8 embeddings and projection only": (parts_dir, "float32")}
   scores, bleus = {}, {}
   for name, (model_dir, compute_type) in variants.items():
-    engine = ctranslate2_decode.CTranslate2Decoder(model_dir, encoders, decode_hp,
+    engine = ctranslate2_decoder.CTranslate2Decoder(model_dir, encoders, decode_hp,
                                                    compute_type=compute_type,
                                                    log=lambda _: None)
     scores[name] = np.array(engine.score_pairs(lines, refs))

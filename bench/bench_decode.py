@@ -47,10 +47,10 @@ import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from data_gen.text_encoder import EOS_ID  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import decoding  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.decoding import seq2seq  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.model import Transformer  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 
 PROBLEM = "translate_ende_ding_bible8k"
 MODES = ("beam:cached:graph", "beam:cached:xla", "greedy:cached:graph", "greedy:cached:xla",
@@ -168,7 +168,7 @@ def time_mode(model, batches, mode: str, args) -> Dict[str, float]:
   decode_hp = hparams_lib.DecodeHParams(
       beam_size=args.beam_size if search == "beam" else 1, alpha=args.alpha,
       extra_length=args.extra_length)
-  fn = decoding.make_decode_fn(model, decode_hp, use_cache=cache == "cached",
+  fn = seq2seq.make_decode_fn(model, decode_hp, use_cache=cache == "cached",
                                jit_compile=compile_ == "xla")
 
   def run() -> Tuple[float, int]:
@@ -238,7 +238,7 @@ def main(argv: List[str]) -> None:
   for dtype, peak in peaks.items():
     print(f"{dtype} matmul peak measured in this process ({args.peak_size}^3 matmuls, best of "
           f"TF and XLA kernels): {peak / 1e9:.1f} GFLOP/s. 'GFLOP/s' and 'peak' count the "
-          f"matmuls of cached decoding (t2t_keras.flops.decode_flops).")
+          f"matmuls of cached decoding (t2t_keras.perf.flops.decode_flops).")
 
 
 if __name__ == "__main__":

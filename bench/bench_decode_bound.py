@@ -14,7 +14,7 @@ one process:
   keys' and values', then a loop over the steps of every matmul of a decoding step
   (each decoder layer's projections, self-attention over the fixed-size buffer
   that the XLA path attends to, encoder-decoder attention, feed-forward; the tied
-  logits). Their FLOPs equal `t2t_keras.flops.decode_flops`, and the output says so.
+  logits). Their FLOPs equal `t2t_keras.perf.flops.decode_flops`, and the output says so.
 
 From these, with T32 the faster float32 decode, M32 its matmuls' time and M16 the
 faster of the bfloat16 matmul sets:
@@ -46,10 +46,10 @@ harness.configure_process()  # as the commands do, before TensorFlow loads
 import bench_decode  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from t2t_keras import decoding  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.decoding import seq2seq  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.hparams import HParams  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 
 # (label, dtype, jit_compile) of the matmul sets; the decodes below use the same labels.
 KERNELS = (("float32 xla", tf.float32, True), ("float32 graph", tf.float32, False),
@@ -207,7 +207,7 @@ def main(argv: List[str]) -> None:
                graph_matmul_flops(sets["float32 xla"]["batch"]))
   print(f"{args.hparams_set}, vocabulary {args.vocab_size}, {args.batch} inputs of "
         f"{args.worst_length} tokens, beam {args.beam_size}, {steps} steps: "
-        f"{flops / 1e9:.1f} GFLOP of matmuls a batch (t2t_keras.flops.decode_flops; "
+        f"{flops / 1e9:.1f} GFLOP of matmuls a batch (t2t_keras.perf.flops.decode_flops; "
         f"the matmul sets below: {set_flops / 1e9:.1f})")
 
   decoders = {}
@@ -215,7 +215,7 @@ def main(argv: List[str]) -> None:
                                         extra_length=args.extra_length)
   for label, dtype, jit_compile in DECODES:
     model, batches = bench_decode.worst_case(dec_args, dtype)
-    fn = decoding.make_decode_fn(model, decode_hp, use_cache=True, jit_compile=jit_compile)
+    fn = seq2seq.make_decode_fn(model, decode_hp, use_cache=True, jit_compile=jit_compile)
     inputs = tf.constant(batches[0])
     decoders[label] = (lambda fn=fn, inputs=inputs: fn(inputs)[1])
     decoders[label]().numpy()  # trace and compile

@@ -4,7 +4,7 @@ Writes synthetic TFRecords with realistic sentence lengths (log-normal, mean
 ≈27 subwords, like WMT En-De) unless --filepattern points at real shards, then
 times `inputs.make_dataset` in training mode with transformer_base batching
 (batch_size 4096 tokens, max_length 256). If `t2t_keras.model` and
-`t2t_keras.training` are importable it also times transformer_base training
+`t2t_keras.training.trainer` are importable it also times transformer_base training
 steps on this machine and prints the ratio pipeline / model (target ≥ 10×).
 
 Run:
@@ -23,11 +23,10 @@ import harness
 harness.configure_process()  # as the commands do, before TensorFlow loads
 
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
-
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from data_gen import generator_utils  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import inputs  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.training import inputs  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def write_synthetic(directory: str, num_examples: int, vocab_size: int, seed: int = 0) -> str:
@@ -67,12 +66,13 @@ def time_pipeline(filepattern: str, hparams, num_batches: int, warmup: int = 20)
 def time_model_step(filepattern: str, hparams, vocab_size: int, steps: int):
   """Seconds per transformer train step on this machine, or None if unavailable."""
   try:
-    from t2t_keras import run_dir, training  # pylint: disable=g-import-not-at-top
+    from t2t_keras.rundir import settings
+    from t2t_keras.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   except ImportError as e:
-    print("model step: t2t_keras.training not importable (%s); ratio pending" % e)
+    print("model step: t2t_keras.training.trainer not importable (%s); ratio pending" % e)
     return None
-  strategy = training.create_strategy("one_device")
-  trainer = training.Trainer(hparams, run_dir.ModelSpec(vocab_size, vocab_size, 8), strategy)
+  strategy = trainer_lib.create_strategy("one_device")
+  trainer = trainer_lib.Trainer(hparams, settings.ModelSpec(vocab_size, vocab_size, 8), strategy)
   ds = strategy.experimental_distribute_dataset(
       inputs.make_dataset(filepattern, hparams, "train", seed=2))
   it = iter(ds)

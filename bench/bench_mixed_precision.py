@@ -20,14 +20,16 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from data_gen import registry  # noqa: E402
-from t2t_keras import inputs, precision, run_dir, training  # noqa: E402
 from t2t_keras.hparams import create_hparams  # noqa: E402
+from t2t_keras.perf import precision
+from t2t_keras.rundir import settings
+from t2t_keras.training import inputs, trainer as trainer_lib  # noqa: E402
 
 
 def train_curve(mode, hp, spec, pattern, steps, weights, every):
   precision.set_mixed_precision(mode)
   try:
-    trainer = training.Trainer(hp, spec, training.create_strategy("one_device"), steps)
+    trainer = trainer_lib.Trainer(hp, spec, trainer_lib.create_strategy("one_device"), steps)
     trainer.model.set_weights(weights)
     ds = inputs.make_dataset(pattern, hp, "train", seed=1, deterministic=True)
     it = iter(trainer.strategy.distribute_datasets_from_function(lambda ctx: ds))
@@ -54,11 +56,11 @@ def main():
   args = parser.parse_args()
   problem = registry.problem(args.problem, args.data_dir)
   enc = problem.feature_encoders(args.data_dir)
-  spec = run_dir.ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size,
+  spec = settings.ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size,
                             problem.target_space_id)
   hp = create_hparams("transformer_tiny", args.hparams)
   keras.utils.set_random_seed(0)
-  init = training.Trainer(hp, spec, training.create_strategy("one_device")).model.get_weights()
+  init = trainer_lib.Trainer(hp, spec, trainer_lib.create_strategy("one_device")).model.get_weights()
   pattern = problem.filepattern(args.data_dir, "train")
   curves = {}
   for mode in ("none", "bfloat16"):

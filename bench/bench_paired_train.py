@@ -62,7 +62,7 @@ import bench_vs_model_garden  # noqa: E402  pylint: disable=g-import-not-at-top
 import mg_train_worker  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from data_gen import file_io  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

@@ -41,6 +41,7 @@ flags.DEFINE_integer("throughput_batches", 3, "Batch-32 requests for the through
 def _random_run(root: str):
   """A random-weight transformer_tiny and a vocab built from a few sentences."""
   import tensorflow as tf
+
   from data_gen import text_encoder
   from t2t_keras.hparams import create_hparams
   from t2t_keras.model import Transformer
@@ -88,7 +89,10 @@ def main(argv):
   import numpy as np
   import tensorflow as tf
   import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
-  from t2t_keras import decode_text, export, perf
+
+  from t2t_keras import perf
+  from t2t_keras.decoding import text_decoder
+  from t2t_keras.export import saved_model
   from t2t_keras.hparams import create_decode_hparams
   decode_hp = create_decode_hparams(FLAGS.decode_hparams)
   with tempfile.TemporaryDirectory() as root:
@@ -97,20 +101,20 @@ def main(argv):
     else:
       model, hp, encoders, vocab = _random_run(root)
     start = time.perf_counter()
-    path = export.export_saved_model(model, hp, decode_hp, vocab, os.path.join(root, "export"),
+    path = saved_model.export_saved_model(model, hp, decode_hp, vocab, os.path.join(root, "export"),
                                      encoders)
     export_secs = time.perf_counter() - start
     portable = perf.portable_graph
     perf.portable_graph = contextlib.nullcontext  # traced as in-process: the XLA top-k
     try:
-      xla_path = export.export_saved_model(model, hp, decode_hp, vocab,
+      xla_path = saved_model.export_saved_model(model, hp, decode_hp, vocab,
                                            os.path.join(root, "export_xla"), encoders)
     finally:
       perf.portable_graph = portable
     loaded = tf.saved_model.load(path)
     serving = loaded.signatures["serving_default"]
     with_xla = tf.saved_model.load(xla_path).signatures["serving_default"]
-    settings_fn = loaded.signatures[export.settings_signature(decode_hp.beam_size)]
+    settings_fn = loaded.signatures[saved_model.settings_signature(decode_hp.beam_size)]
     n_best = decode_hp.beam_size if decode_hp.return_beams else 1
 
     def with_settings(lines):
@@ -120,7 +124,7 @@ def main(argv):
                          extra_length=tf.fill([rows], decode_hp.extra_length),
                          n_best=tf.fill([rows], n_best))["outputs"].numpy()
 
-    decoder = decode_text.TextDecoder(model, encoders, decode_hp.replace(batch_size=32),
+    decoder = text_decoder.TextDecoder(model, encoders, decode_hp.replace(batch_size=32),
                                       log=lambda line: None)
     systems = {
         "SavedModel": lambda lines: serving(inputs=tf.constant(lines))["outputs"].numpy(),

@@ -10,7 +10,7 @@ noisy, so every figure is a median over repeats and only ratios measured
 side by side are compared.
 
 Tokens/s counts source + target tokens (all non-padding here). Model FLOPs are
-`t2t_keras.flops.training_flops` (matmul FLOPs of forward + backward).
+`t2t_keras.perf.flops.training_flops` (matmul FLOPs of forward + backward).
 
 Run:
   .venv/bin/python bench/bench_train.py                      # ~5 minutes
@@ -33,10 +33,12 @@ import keras  # noqa: E402  pylint: disable=g-import-not-at-top
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import run_dir  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import precision, training  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import (flops as flops_lib,  # noqa: E402  pylint: disable=g-import-not-at-top
+                            precision)
+from t2t_keras.rundir import settings  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.training import \
+  trainer as trainer_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 
 CONFIGS = ("float32:eager", "float32:xla", "bfloat16:eager", "bfloat16:xla")
 
@@ -85,9 +87,9 @@ def make_trainer_probe(args, dtype: str, xla: bool):
   precision.set_mixed_precision("none" if dtype == "float32" else "bfloat16")
   try:
     hp = hparams_lib.create_hparams(args.hparams_set, args.hparams)
-    spec = run_dir.ModelSpec(args.vocab_size, args.vocab_size)
+    spec = settings.ModelSpec(args.vocab_size, args.vocab_size)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    trainer = training.Trainer(hp, spec, strategy, jit_compile=xla)
+    trainer = trainer_lib.Trainer(hp, spec, strategy, jit_compile=xla)
   finally:
     precision.set_mixed_precision("none")
   batch = synthetic_batch(args.batch, args.length, args.vocab_size)

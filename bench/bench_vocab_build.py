@@ -19,12 +19,11 @@ import re
 import sqlite3
 import time
 
-# Importing harness puts the repository on sys.path.
-import harness  # noqa: F401  pylint: disable=unused-import
-
 from data_gen import text_encoder  # pylint: disable=g-import-not-at-top
 from data_gen import tokenizer  # pylint: disable=g-import-not-at-top
-from t2t_keras import cpu_info  # pylint: disable=g-import-not-at-top
+# Importing harness puts the repository on sys.path.
+import harness  # noqa: F401  pylint: disable=unused-import
+from t2t_keras.perf import cpu_info  # pylint: disable=g-import-not-at-top
 
 _DING_PATHS = ["/usr/share/trans/de-en"] + glob.glob("/tmp/*/usr/share/trans/de-en")
 _BAD_DING = ("etw.", "sth.", "jdm", "jdn", "jds", "sb", "jd.", "{", "[", " / ",

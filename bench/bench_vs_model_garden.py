@@ -61,8 +61,7 @@ import tempfile
 from typing import Dict, List, Optional, Sequence
 
 import harness
-
-from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 
 REPO = harness.REPO
 

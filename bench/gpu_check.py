@@ -7,7 +7,7 @@ mixed float16) on WMT-like synthetic data (log-normal lengths, mean ≈27 subwor
 read through the trainer's own input pipeline, and prints per precision:
 
 * tokens/s (non-padding source + target tokens) after the first steps;
-* model-FLOP utilization: the model's training FLOPs per second (`t2t_keras.flops`)
+* model-FLOP utilization: the model's training FLOPs per second (`t2t_keras.perf.flops`)
   over a matmul peak of that dtype measured in this process (× the GPUs);
 * XLA compilations during the steps (counted from XLA's module dumps), the most
   of any one function, against the buckets of the batching scheme;
@@ -88,13 +88,15 @@ if ARGS.cpu_devices:
       tf.config.list_physical_devices("CPU")[0],
       [tf.config.LogicalDeviceConfiguration() for _ in range(ARGS.cpu_devices)])
 
+from bench_input_pipeline import write_synthetic  # noqa: E402  pylint: disable=g-import-not-at-top
 from tensorflow.python.eager import context  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from bench_input_pipeline import write_synthetic  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras import experiment, inputs, perf, precision  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras import perf
 from t2t_keras.hparams import create_hparams  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras.run_dir import ModelSpec  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras.training import Trainer  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import precision  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.rundir.settings import ModelSpec  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.training import inputs, schedules
+from t2t_keras.training.trainer import Trainer  # noqa: E402  pylint: disable=g-import-not-at-top
 from tests.support import gpu_kernels  # noqa: E402  pylint: disable=g-import-not-at-top
 
 HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
@@ -110,7 +112,7 @@ def devices():
 def has_bfloat16(device_names):
   """Whether the devices compute bfloat16 natively (GPUs of compute capability >= 8.0)."""
   if ARGS.cpu_devices:
-    from t2t_keras import cpu_info  # pylint: disable=g-import-not-at-top
+    from t2t_keras.perf import cpu_info  # pylint: disable=g-import-not-at-top
     return cpu_info.native_bfloat16()
   for gpu in tf.config.list_physical_devices("GPU"):
     major = tf.config.experimental.get_device_details(gpu).get("compute_capability", (0, 0))[0]
@@ -223,7 +225,7 @@ def check_precision(mode, pattern, replica_devices, buckets):
                     train_steps=10**9, jit_compile=ARGS.jit_compile)
   pad = perf.step_compiles_per_shape(ARGS.jit_compile)
   dataset = strategy.distribute_datasets_from_function(
-      lambda ctx: experiment.worker_dataset(pattern, hp, "train", ctx, seed=1,
+      lambda ctx: schedules.worker_dataset(pattern, hp, "train", ctx, seed=1,
                                             pad_to_bucket=pad))
   iterator = iter(dataset)
   memory_peaks(replica_devices, reset=True)

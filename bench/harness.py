@@ -22,7 +22,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
   sys.path.insert(0, REPO)
 
-from t2t_keras import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.perf import process  # noqa: E402  pylint: disable=g-import-not-at-top
 
 _process_setup: Optional[Dict[str, str]] = None

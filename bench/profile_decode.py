@@ -26,10 +26,11 @@ harness.configure_process()  # as the commands do, before TensorFlow loads
 # The worst case comes from bench_decode.
 import bench_decode  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
-from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402  pylint: disable=g-import-not-at-top
+from tensorflow.tsl.profiler.protobuf import \
+  xplane_pb2  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from t2t_keras import decoding  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.decoding import seq2seq  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
@@ -73,7 +74,7 @@ def main(argv: List[str]) -> None:
   args = parse_args(argv)
   model, (inputs,) = bench_decode.worst_case(args, args.dtype)
   inputs = tf.constant(inputs)
-  fn = decoding.make_decode_fn(
+  fn = seq2seq.make_decode_fn(
       model, hparams_lib.DecodeHParams(beam_size=4, alpha=0.6, extra_length=50),
       use_cache=True, jit_compile=args.compile == "xla")
   fn(inputs)[0].numpy()  # trace / compile

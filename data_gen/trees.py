@@ -1,6 +1,6 @@
 """Constituency trees: parsing, cleaning, T2T's linearization and its inverse.
 
-No TensorFlow: `t2t_keras/evalb.py` (scoring) and `data_gen/wsj_parsing.py`
+No TensorFlow: `t2t_keras/scoring/evalb.py` (scoring) and `data_gen/wsj_parsing.py`
 (the parsing problems) both use this module.
 
 Trees are read in Penn Treebank bracket form, cleaned the way parsers are

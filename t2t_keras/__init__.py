@@ -12,14 +12,17 @@ each name loads its module when first used, so the commands' --help stays fast.
 
 import importlib
 
+from t2t_keras import old_paths
 from t2t_keras.version import __version__
+
+old_paths.install()  # the module paths of 0.x, for one release
 
 # name -> the module that defines it.
 _EXPORTS = {
-    "RunDir": "t2t_keras.run_layout",
+    "RunDir": "t2t_keras.rundir.files",
     "open_run": "t2t_keras.trained_run",
     "TrainedRun": "t2t_keras.trained_run",
-    "train": "t2t_keras.run_training",
+    "train": "t2t_keras.training.runner",
     "generate_data": "data_gen.generate",
     "create_hparams": "t2t_keras.hparams",
     "create_decode_hparams": "t2t_keras.hparams",
@@ -31,7 +34,7 @@ __all__ = sorted(_EXPORTS) + ["__version__"]
 
 def __getattr__(name):
   if name not in _EXPORTS:
-    raise AttributeError(f"module 't2t_keras' has no attribute {name!r}")
+    return old_paths.package_getattr(__name__, name)
   value = getattr(importlib.import_module(_EXPORTS[name]), name)
   globals()[name] = value  # later look-ups skip this function
   return value

@@ -106,7 +106,7 @@ class TransformerLM(keras.Model):
     del inputs, training
     raise errors.ConfigError(
         "this run is a language model (its problem has no inputs): there is nothing to "
-        "translate; score and sample text with t2t_keras.lm_decoding (docs/language_models.md).")
+        "translate; score and sample text with t2t_keras.decoding.lm (docs/language_models.md).")
 
   # -- Incremental decoding --------------------------------------------------
 

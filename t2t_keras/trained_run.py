@@ -20,7 +20,7 @@ import numbers
 import os
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from t2t_keras.run_layout import RunDir
+from t2t_keras.rundir.files import RunDir
 
 
 def _quiet(line: str) -> None:
@@ -65,14 +65,14 @@ def open_run(path: Union[str, Sequence[str]], checkpoint: Optional[str] = None,
                        f"not checkpoint={checkpoint!r}.")
     return _open_ensemble(_member_paths(path), data_dir, log, default_run)
   from data_gen import registry
-  from t2t_keras import run_dir
   from t2t_keras.errors import RunError
-  _, problem_name, spec = run_dir.load_run_files(path)
+  from t2t_keras.rundir import model_factory, settings
+  _, problem_name, spec = settings.load_run_files(path)
   if not spec.has_inputs:
     raise RunError(f"{path} is a language model ({problem_name}: targets only, no inputs to "
-                   "translate); score and sample it with t2t_keras.lm_decoding "
+                   "translate); score and sample it with t2t_keras.decoding.lm "
                    "(docs/language_models.md).")
-  data_dir = data_dir or run_dir.recorded_data_dir(path)
+  data_dir = data_dir or settings.recorded_data_dir(path)
   try:
     problem = registry.problem(problem_name, data_dir or path)
   except ValueError as e:  # not registered (a --t2t_usr_dir not imported)
@@ -84,8 +84,8 @@ def open_run(path: Union[str, Sequence[str]], checkpoint: Optional[str] = None,
           "pass data_dir=<the --data_dir the run was trained on>.")
     data_dir = path
   # Before the model is built: its ids mean nothing with another vocabulary.
-  run_dir.check_vocab(path, data_dir, log, problem)
-  model, _, _, _, checkpoint_path = run_dir.load_trained_model(path, checkpoint, log=log)
+  settings.check_vocab(path, data_dir, log, problem)
+  model, _, _, _, checkpoint_path = model_factory.load_trained_model(path, checkpoint, log=log)
   return TrainedRun(path, data_dir, problem, model, checkpoint_path, log)
 
 
@@ -132,11 +132,12 @@ def check_decode_hparams(path: Union[str, Sequence[str]], decode_hp,
   Raises:
     ValueError: one line naming the decode hparam and its value.
   """
-  from t2t_keras import hparams_checks, run_dir
+  from t2t_keras import hparams_checks
+  from t2t_keras.rundir import settings
   items = None if isinstance(path, str) else _member_paths(path)
   try:
     run_paths = [path] if items is None else [_member_run(p, default_run)[0] for p in items]
-    runs = [run_dir.load_run_files(p) for p in run_paths]
+    runs = [settings.load_run_files(p) for p in run_paths]
   except Exception:  # pylint: disable=broad-except
     return  # open_run reads them again and says what is wrong
   hparams_checks.check_decode_for_models(decode_hp, [hp for hp, _, _ in runs],
@@ -145,13 +146,13 @@ def check_decode_hparams(path: Union[str, Sequence[str]], decode_hp,
 
 def _open_ensemble(items: List[str], data_dir: Optional[str], log: Callable[[str], None],
                    default_run: Optional[str]) -> "TrainedRun":
-  from t2t_keras import ensemble
+  from t2t_keras.decoding import ensemble
   if not items:
     raise ValueError("open_run([]): an ensemble needs at least one run.")
-  from t2t_keras import run_dir
+  from t2t_keras.rundir import settings
   members = [_member_run(item, default_run) for item in items]
   # Before any model is built: run.json records each run's vocabulary digests.
-  digests = [run_dir.recorded_vocab_digests(run_path) for run_path, _ in members]
+  digests = [settings.recorded_vocab_digests(run_path) for run_path, _ in members]
   for item, (run_path, _), digest in zip(items[1:], members[1:], digests[1:]):
     for side in ("targets", "inputs"):
       if digests[0].get(side) and digest.get(side) and digest[side] != digests[0][side]:
@@ -229,14 +230,14 @@ class TrainedRun:
     """The line decoder `t2t_keras_decoder` runs for these decode hparams: the
     TensorFlow one (kept per settings), or with engine="ctranslate2" one of
     `ctranslate2_model_dir` (engine_args; default the run converted now)."""
-    from t2t_keras import decode_text
+    from t2t_keras.decoding import text_decoder
     if engine == "ctranslate2":
       return self._ctranslate2_decoder(decode_hp, **engine_args)
     if engine != "tensorflow":
       raise ValueError(f"engine must be 'tensorflow' or 'ctranslate2', got {engine!r}.")
     key = (decode_hp, tuple(sorted(engine_args.items())))
     if key not in self._decoders:
-      self._decoders[key] = decode_text.TextDecoder(self.model, self.encoders, decode_hp,
+      self._decoders[key] = text_decoder.TextDecoder(self.model, self.encoders, decode_hp,
                                                     log=self.log, **engine_args)
     return self._decoders[key]
 
@@ -244,18 +245,18 @@ class TrainedRun:
                            compute_type: str = "float32"):
     import tempfile
 
-    from t2t_keras import ctranslate2_decode, ctranslate2_export
+    from t2t_keras.export import ctranslate2, ctranslate2_decoder
     self._refuse_ensemble_in_ctranslate2()
     if ctranslate2_model_dir:
-      return ctranslate2_decode.CTranslate2Decoder(ctranslate2_model_dir, self.encoders,
+      return ctranslate2_decoder.CTranslate2Decoder(ctranslate2_model_dir, self.encoders,
                                                    decode_hp, compute_type=compute_type,
                                                    log=self.log)
-    ctranslate2_export.check_convertible(self.hparams)
+    ctranslate2.check_convertible(self.hparams)
     with tempfile.TemporaryDirectory(prefix="t2t-keras-ctranslate2-") as tmp:
-      model_dir = ctranslate2_export.export(self.model, self.vocab_files,
+      model_dir = ctranslate2.export(self.model, self.vocab_files,
                                             os.path.join(tmp, "model"))
       self.log(f"Converted {self.run_dir.path} to CTranslate2 ({compute_type}).")
-      return ctranslate2_decode.CTranslate2Decoder(model_dir, self.encoders, decode_hp,
+      return ctranslate2_decoder.CTranslate2Decoder(model_dir, self.encoders, decode_hp,
                                                    compute_type=compute_type, log=self.log)
 
   def translate(self, sentences: Sequence[str], beam_size: int = 4, alpha: float = 0.6,
@@ -279,7 +280,7 @@ class TrainedRun:
         (with its index), n_best outside 1..beam_size, a bad decode hparam (every
         one checked before decoding), or not one prefix per sentence.
     """
-    from t2t_keras import text_args
+    from t2t_keras.decoding import text_args
     sentences = text_args.text_list(sentences, "translate()", "sentences", "sentences")
     if prefix is not None:
       prefix = text_args.text_list(prefix, "translate(prefix=...)", "prefix",
@@ -310,7 +311,7 @@ class TrainedRun:
       ValueError: one string, a bad item (named with its index), or the two lists
         differ in length.
     """
-    from t2t_keras import text_args
+    from t2t_keras.decoding import text_args
     sources = text_args.text_list(sources, "score()", "sources", "source texts")
     targets = text_args.text_list(targets, "score()", "targets", "target texts")
     if len(sources) != len(targets):
@@ -339,14 +340,14 @@ class TrainedRun:
     Raises:
       ValueError: export_dir is a file or ends in a version number.
     """
-    from t2t_keras import export
+    from t2t_keras.export import saved_model
     export_dir = export_dir or self.run_dir.export_dir
     check_export_dir(export_dir)
     decode_hp = self.decode_hparams(decode_hparams, **values)
     if decode_hp.return_alignments:
       raise ValueError("decode_hparams.return_alignments: the SavedModel returns outputs and "
                        "scores only; get alignments from translate() or t2t_keras_decoder.")
-    return export.export_saved_model(self.model, self.hparams, decode_hp, self.vocab_files,
+    return saved_model.export_saved_model(self.model, self.hparams, decode_hp, self.vocab_files,
                                      export_dir, encoders=self.encoders, beam_sizes=beam_sizes)
 
   def export_ctranslate2(self, export_dir: Optional[str] = None,
@@ -359,11 +360,11 @@ class TrainedRun:
       ctranslate2_export.NotConvertibleError: hparams the converter cannot map, by name.
       ImportError: ctranslate2 is not installed.
     """
-    from t2t_keras import ctranslate2_decode, ctranslate2_export
+    from t2t_keras.export import ctranslate2, ctranslate2_decoder
     self._refuse_ensemble_in_ctranslate2()
-    ctranslate2_decode.import_ctranslate2()
-    ctranslate2_export.check_convertible(self.hparams)
-    return ctranslate2_export.export(self.model, self.vocab_files,
+    ctranslate2_decoder.import_ctranslate2()
+    ctranslate2.check_convertible(self.hparams)
+    return ctranslate2.export(self.model, self.vocab_files,
                                      export_dir or self.run_dir.ctranslate2_dir,
                                      quantization=quantization)
 

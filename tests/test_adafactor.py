@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import t2t_numpy_training as t2t_np
-from t2t_keras import adafactor
 from t2t_keras.hparams import HParams
-from t2t_keras.optimization import T2TLearningRateSchedule, create_optimizer
+from t2t_keras.training import adafactor
+from t2t_keras.training.optimization import T2TLearningRateSchedule, create_optimizer
+from tests.support import t2t_numpy_training as t2t_np
 
 SHAPES = [(2, 3, 5), (4, 6), (6,), (3,)]  # rank 3 (factored over the last two), matrix, vectors
 STEPS = 3

@@ -8,9 +8,9 @@ import re
 import numpy as np
 import pytest
 
-import t2t_keras
 from data_gen import text_encoder
-from t2t_keras import decode_text
+import t2t_keras
+from t2t_keras.decoding import text_decoder
 from t2t_keras.hparams import create_decode_hparams
 from tests.support import alignment_models as built
 from tests.support.cli import run_cli
@@ -31,7 +31,7 @@ def encoders(tmp_path_factory):
 
 
 def _decode(model, encoders, lines, prefixes, decode_hp):
-  decoder = decode_text.TextDecoder(model, encoders, create_decode_hparams(
+  decoder = text_decoder.TextDecoder(model, encoders, create_decode_hparams(
       "log_results=false,return_alignments=true," + decode_hp), log=lambda line: None)
   return decoder.decode_lines(lines, prefixes=prefixes)
 
@@ -50,7 +50,7 @@ def test_position_model_aligns_position_i_to_i_in_subwords_and_words(encoders, l
   model = built.position_model(vocab_size=len(SUBWORDS))
   out = _decode(model, encoders, ["one two three four"], ["der katze hund"],
                 f"beam_size=1,extra_length=0,alignment_level={level}")
-  text, alignment = out[0].split(decode_text.ALIGNMENT_SEPARATOR)
+  text, alignment = out[0].split(text_decoder.ALIGNMENT_SEPARATOR)
   # All logits are 0 (zero embeddings): after the prefix greedy picks PAD, which the
   # text and the alignment leave out.
   assert text == "der katze hund"
@@ -67,7 +67,7 @@ def test_alignment_layer_and_heads_choose_the_attention(encoders, layer, heads, 
   out = _decode(model, encoders, ["a b c d e"], ["c a e b d"],
                 f"beam_size=1,extra_length=0,alignment_level=subword,"
                 f"alignment_layer={layer},alignment_heads={heads}")
-  text, alignment = out[0].split(decode_text.ALIGNMENT_SEPARATOR)
+  text, alignment = out[0].split(text_decoder.ALIGNMENT_SEPARATOR)
   assert text.split()[:5] == ["c", "a", "e", "b", "d"]
   assert _pairs(alignment, 5) == built.WANT[want][0]
 
@@ -80,9 +80,9 @@ def test_every_n_best_column_carries_its_alignment(encoders):
   columns = out[0].split("\t")
   assert len(columns) == 4  # two beams, each text ||| pairs then score
   # An empty input: as many columns, empty hypotheses scored 0.0, without pairs.
-  assert out[1].split("\t") == [decode_text.ALIGNMENT_SEPARATOR, "0.00"] * 2
+  assert out[1].split("\t") == [text_decoder.ALIGNMENT_SEPARATOR, "0.00"] * 2
   for text_and_pairs in columns[0::2]:
-    text, alignment = text_and_pairs.split(decode_text.ALIGNMENT_SEPARATOR)
+    text, alignment = text_and_pairs.split(text_decoder.ALIGNMENT_SEPARATOR)
     assert text.startswith("der katze hund") and _pairs(alignment, 4) == "0-0 1-1 2-2 3-3"
 
 
@@ -100,7 +100,7 @@ def test_decoder_cli_api_and_refusals(tiny_trained_run, tmp_path, capsys):
   lines = ["the big house", "a small red cat runs"]
   api = run.translate(lines, return_alignments=True)
   for line, out in zip(lines, api):
-    text, alignment = out.split(decode_text.ALIGNMENT_SEPARATOR)
+    text, alignment = out.split(text_decoder.ALIGNMENT_SEPARATOR)
     assert text == run.translate([line])[0]  # the text is the decode's, unchanged
     pairs = np.array([list(map(int, p.split("-"))) for p in alignment.split()])
     assert pairs[:, 0].max() < len(line.split()) and pairs[:, 1].max() < len(text.split())

@@ -16,14 +16,12 @@ import tensorflow as tf
 
 from data_gen import text_encoder, tokenizer
 from data_gen.text_encoder import EOS_ID
-from t2t_keras import alignments as al
+from t2t_keras.decoding import alignments as al
 from t2t_keras.hparams import create_hparams
 from t2t_keras.model import Transformer
-from tests.support.alignment_models import (COMMON, D, HEADS_SPEC, IDENTITY, INPUTS, OUTPUTS,
-                                            SHARP, SIGMA_A, SIGMA_B, WANT,
-                                            numpy_position_attention, numpy_token_attention,
-                                            position_model, token_model)
-
+from tests.support.alignment_models import (COMMON, HEADS_SPEC, IDENTITY, INPUTS, OUTPUTS, SHARP,
+                                            SIGMA_A, SIGMA_B, WANT, D, numpy_position_attention,
+                                            numpy_token_attention, position_model, token_model)
 
 # -- The position model ------------------------------------------------------------
 

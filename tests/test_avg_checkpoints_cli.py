@@ -14,21 +14,21 @@ AVG = "t2t_keras.cli.avg_checkpoints"
 @pytest.fixture
 def run(tmp_path):
   """A run directory with hparams.json, run.json and two (untrained) checkpoints."""
-  from t2t_keras import run_dir
   from t2t_keras.hparams import create_hparams
+  from t2t_keras.rundir import model_factory, settings
   hp = create_hparams("transformer_tiny", "num_hidden_layers=1,hidden_size=16,filter_size=32")
-  spec = run_dir.ModelSpec(40, 40)
+  spec = settings.ModelSpec(40, 40)
   output_dir = str(tmp_path / "run")
-  run_dir.save_or_check_run_files(output_dir, hp, "translate_from_files", spec)
+  settings.save_or_check_run_files(output_dir, hp, "translate_from_files", spec)
   for step in (1, 2):
     tf.keras.utils.set_random_seed(step)
-    tf.train.Checkpoint(model=run_dir.build_model(hp, spec)).write(
+    tf.train.Checkpoint(model=model_factory.build_model(hp, spec)).write(
         os.path.join(output_dir, f"ckpt-{step}"))
   return output_dir
 
 
 def test_prefix_writes_to_the_runs_averaged_directory_by_default(run, capsys):
-  from t2t_keras.run_layout import RunDir
+  from t2t_keras.rundir.files import RunDir
   code, out, err = run_cli_output(AVG, [f"--prefix={run}", "--num_last_checkpoints=2"], capsys)
   assert code == 0, err
   expected = RunDir(run).averaged_checkpoint(2)

@@ -1,4 +1,4 @@
-"""Tests for t2t_keras.beam_search against NumPy brute force and references.
+"""Tests for t2t_keras.decoding.beam_search against NumPy brute force and references.
 
 The "models" are fixed tables `table[i, last_id] -> log-probs of next id`
 (shape `[decode_length, V, V]`), so every expected result is computed
@@ -13,11 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_keras import beam_search as bs
-from t2t_keras import sampling
+from t2t_keras.decoding import beam_search as bs, sampling
 from t2t_keras.decoding_state import DecodingState
-from tests.support import near_ties
-from tests.support import t2t_numpy_decoding as t2t
+from tests.support import near_ties, t2t_numpy_decoding as t2t
 
 EOS = 1
 NEG = -bs.INF / 2  # below this a score belongs to an empty slot
@@ -856,7 +854,7 @@ def test_sample_stops_each_row_at_its_decode_length_without_eos():
 def test_every_search_returns_one_type_with_its_steps():
   """Beam, greedy and sampling all return `search_utils.SearchOutput`; greedy's
   `num_steps` is the first step at which every row has hit EOS (or the cap)."""
-  from t2t_keras.search_utils import SearchOutput  # pylint: disable=g-import-not-at-top
+  from t2t_keras.decoding.search_utils import SearchOutput  # pylint: disable=g-import-not-at-top
   table = random_table(3, length=9, vocab=8, eos_boost=1.0)
   sos = tf.constant([0, 2, 3])
   beam = bs.beam_search(table_fn(table), sos, 9, bs.BeamSearchOptions(2, 8, 0.6))

@@ -6,7 +6,6 @@ import sys
 import textwrap
 
 import pytest
-
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -18,13 +17,13 @@ import bench_layer_norm  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_paired_train  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_tied_logits  # noqa: E402  pylint: disable=g-import-not-at-top
 import bench_vs_model_garden  # noqa: E402  pylint: disable=g-import-not-at-top
-import harness  # noqa: E402  pylint: disable=g-import-not-at-top
 import mg_train_worker  # noqa: E402  pylint: disable=g-import-not-at-top
 import profile_decode  # noqa: E402  pylint: disable=g-import-not-at-top
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from t2t_keras import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
+import harness  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import flops as flops_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.perf import tied_logits  # noqa: E402  pylint: disable=g-import-not-at-top
 
 

@@ -1,17 +1,18 @@
-"""Tests for t2t_keras/bleu.py and t2t_keras_bleu against a pure-Python BLEU."""
+"""Tests for t2t_keras/scoring/bleu.py and t2t_keras_bleu against a pure-Python BLEU."""
 
 import collections
 import math
 import random
 import subprocess
 
-import pytest
-import regex
 from absl import flags
 from absl.testing import flagsaver
+import pytest
+import regex
 
-from t2t_keras import bleu
 from t2t_keras.cli import bleu as bleu_cli
+from t2t_keras.scoring import bleu
+from t2t_keras.training import bleu_hook
 
 
 def reference_bleu(hyps, refs, max_order=4):
@@ -365,7 +366,7 @@ def test_cli_paper_and_all_variants(tmp_path, capsys, parsed_flags):
 
 
 def test_bleu_hook_reports_tokenized_bleu(monkeypatch, tmp_path):
-  from t2t_keras import decode_text
+  from t2t_keras.decoding import text_decoder
 
   class FakeDecoder:  # the hook's decoding replaced by fixed outputs
     def __init__(self, *args, **kwargs):
@@ -374,15 +375,15 @@ def test_bleu_hook_reports_tokenized_bleu(monkeypatch, tmp_path):
     def decode_lines(self, lines):
       return ["Die E-Mail kam Montag."] * len(lines)
 
-  monkeypatch.setattr(decode_text, "TextDecoder", FakeDecoder)
+  monkeypatch.setattr(text_decoder, "TextDecoder", FakeDecoder)
   src = _write(tmp_path / "src", ["The e-mail came on Monday."])
   ref = _write(tmp_path / "ref", ["Die E-Mail kam am Montag."])
-  hook = decode_text.make_bleu_hook(None, {}, None, src, ref, paper_language="de")
+  hook = bleu_hook.make_bleu_hook(None, {}, None, src, ref, paper_language="de")
   scores = hook(0)
   assert scores["bleu_tokenized"] == pytest.approx(100 * math.exp(1 - 8 / 7) / math.sqrt(2))
   assert scores["bleu"] == pytest.approx(
       bleu.corpus_bleu(["Die E-Mail kam Montag."], ["Die E-Mail kam am Montag."])[0])
-  assert set(decode_text.make_bleu_hook(None, {}, None, src, ref)(0)) == {"bleu"}
+  assert set(bleu_hook.make_bleu_hook(None, {}, None, src, ref)(0)) == {"bleu"}
 
 
 def test_fast_tokenizer_matches_sacremoses():

@@ -21,9 +21,10 @@ import pytest
 import tensorflow as tf
 
 from data_gen import generator_utils as gu
-from t2t_keras import inputs, losses, perf
+from t2t_keras import perf
 from t2t_keras.hparams import create_hparams
 from t2t_keras.model import Transformer
+from t2t_keras.training import inputs, losses
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

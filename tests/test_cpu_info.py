@@ -2,7 +2,7 @@
 
 import pytest
 
-from t2t_keras import cpu_info
+from t2t_keras.perf import cpu_info
 
 
 def _cpuinfo(flags, name="AMD EPYC", family="25", model="17", processors=2):

@@ -24,13 +24,16 @@ pytest.importorskip(
     "(pip install -e '.[ct2]'), which `make test` installs.")
 
 from data_gen.text_encoder import EOS_ID  # noqa: E402
-from t2t_keras import ctranslate2_decode, ctranslate2_export, decode_text, decoding  # noqa: E402
+from t2t_keras.decoding import seq2seq  # noqa: E402
+from t2t_keras.decoding import text_decoder
+from t2t_keras.export import ctranslate2 as ctranslate2_lib, ctranslate2_decoder
 from t2t_keras.hparams import DecodeHParams, create_hparams  # noqa: E402
 from t2t_keras.model import Transformer  # noqa: E402
 from tests.support import near_ties, tiny_problem  # noqa: E402
 from tests.support.cli import run_cli_output  # noqa: E402
 from tests.support.env import ENV, REPO  # noqa: E402
 from tests.support.t2t_checkpoint import decoder_and_numpy_scores  # noqa: E402
+
 VOCAB = 40
 # Each engine's log P of a hypothesis lies within SCORE_EPS of the TensorFlow model's
 # full (uncached) pass, the reference the near-tie rule searches on: CTranslate2's by
@@ -69,8 +72,8 @@ def _engine(model, tmp_path, decode_hp=DecodeHParams(), encoders=None, compute_t
   model_dir = str(tmp_path / "ct2")
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("'a'\n")
-  ctranslate2_export.export(model, {"inputs": str(vocab), "targets": str(vocab)}, model_dir)
-  return ctranslate2_decode.CTranslate2Decoder(model_dir, encoders, decode_hp,
+  ctranslate2_lib.export(model, {"inputs": str(vocab), "targets": str(vocab)}, model_dir)
+  return ctranslate2_decoder.CTranslate2Decoder(model_dir, encoders, decode_hp,
                                                compute_type=compute_type, log=lambda _: None)
 
 
@@ -79,7 +82,7 @@ def _rows(rng, lengths):
 
 
 def _pad(rows):
-  return decode_text.LineDecoder._pad(rows)
+  return text_decoder.LineDecoder._pad(rows)
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -89,7 +92,7 @@ def test_scores_equal_the_tensorflow_model(layout, tmp_path):
   rng = np.random.default_rng(0)
   # Lengths up to 20 (> max_length 12 of the learned table) and a lone EOS target.
   sources, targets = _rows(rng, [3, 19, 7, 1]), _rows(rng, [20, 2, 0, 9])
-  want = decoding.score_targets(model, tf.constant(_pad(sources)),
+  want = seq2seq.score_targets(model, tf.constant(_pad(sources)),
                                 tf.constant(_pad(targets))).numpy()
   got = np.array(engine._score_batch(sources, targets))
   assert np.abs(want).min() > 1.0  # not trivially near zero
@@ -105,12 +108,12 @@ def test_greedy_search_is_identical(finishing, tmp_path):
   model = _random_model("", seed=2)
   eos_like = None
   if finishing:
-    ids, _ = decoding.make_decode_fn(model, decode_hp)(tf.constant(_pad(
+    ids, _ = seq2seq.make_decode_fn(model, decode_hp)(tf.constant(_pad(
         _rows(np.random.default_rng(1), [4] * 6))))
     eos_like = int(np.bincount(ids.numpy().ravel(), minlength=VOCAB)[2:].argmax()) + 2
     model = _random_model("", seed=2, eos_like=eos_like)
   engine = _engine(model, tmp_path, decode_hp)
-  tf_decode = decoding.make_decode_fn(model, decode_hp)
+  tf_decode = seq2seq.make_decode_fn(model, decode_hp)
   rng = np.random.default_rng(1)
   finished = 0
   for length in (1, 4, 9):  # the engine decodes one input length per batch
@@ -143,7 +146,7 @@ def trained(tiny_trained_run, tmp_path_factory):
   tiny_problem.write_parallel(str(root / "held_out"), 128, seed=11)
   lines = (root / "held_out.en").read_text(encoding="utf-8").splitlines()
   model_dir = str(root / "ct2")
-  ctranslate2_export.export(model, problem.vocab_paths(data_dir), model_dir)
+  ctranslate2_lib.export(model, problem.vocab_paths(data_dir), model_dir)
   return model, encoders, lines, model_dir
 
 
@@ -162,9 +165,9 @@ def test_beam_tops_identical_on_the_trained_fixture(trained):
   alpha = 0.6
   decode_hp = DecodeHParams(beam_size=4, alpha=alpha, extra_length=5, return_beams=True,
                             write_beam_scores=True, log_results=False)
-  engine = ctranslate2_decode.CTranslate2Decoder(model_dir, encoders, decode_hp,
+  engine = ctranslate2_decoder.CTranslate2Decoder(model_dir, encoders, decode_hp,
                                                  log=lambda _: None)
-  reference = decode_text.TextDecoder(model, encoders, decode_hp, log=lambda _: None)
+  reference = text_decoder.TextDecoder(model, encoders, decode_hp, log=lambda _: None)
   got, want = engine.decode_lines(lines), reference.decode_lines(lines)
   assert len(got) == len(want) == 128
   beams = [[line.split("\t")[0::2] for line in out] for out in (got, want)]
@@ -203,7 +206,7 @@ def test_beam_tops_identical_on_the_trained_fixture(trained):
 def test_int8_agrees_with_float32_on_the_trained_fixture(trained):
   model, encoders, lines, model_dir = trained
   decode_hp = DecodeHParams(beam_size=4, extra_length=5, log_results=False)
-  out = {ct: ctranslate2_decode.CTranslate2Decoder(model_dir, encoders, decode_hp,
+  out = {ct: ctranslate2_decoder.CTranslate2Decoder(model_dir, encoders, decode_hp,
                                                    compute_type=ct, log=lambda _: None
                                                    ).decode_lines(lines)
          for ct in ("float32", "int8", "int8_float32")}
@@ -219,7 +222,7 @@ def test_rerank_is_t2t_order_and_scores():
   hyps = [[5, 6, 7, 8], [5, EOS_ID], [5, 6, 7, 8, 9, EOS_ID], [5, 9, 9, 9]]
   log_probs = [-2.0, -3.0, -3.6, -1.0]
   ct2 = [lp / len(h) ** alpha for h, lp in zip(hyps, log_probs)]
-  ranked = ctranslate2_decode.rerank(hyps, ct2, alpha)
+  ranked = ctranslate2_decoder.rerank(hyps, ct2, alpha)
   want_finished = sorted([(-3.0 / (7 / 6) ** alpha, 1), (-3.6 / (11 / 6) ** alpha, 2)],
                          reverse=True)
   want = [i for _, i in want_finished] + [3, 0]
@@ -239,7 +242,7 @@ def test_t2t_checkpoint_converts_and_scores_as_numpy_t2t(imported, loaded, tmp_p
                           capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   assert {"model.bin", "config.json", "vocab.inputs", "vocab.targets",
-          ctranslate2_export.INFO_FILE} <= set(os.listdir(export_dir))
+          ctranslate2_lib.INFO_FILE} <= set(os.listdir(export_dir))
   got, want = decoder_and_numpy_scores(run_dir, loaded[4], tmp_path, "--engine=ctranslate2",
                                       f"--ctranslate2_model_dir={export_dir}")
   np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
@@ -260,8 +263,8 @@ REFUSED = [
 @pytest.mark.parametrize("overrides,message", REFUSED)
 def test_unmappable_hparams_are_refused_by_name(overrides, message):
   hp = create_hparams("transformer_tiny", SMALL + "," + overrides)
-  with pytest.raises(ctranslate2_export.NotConvertibleError, match=re.escape(message)):
-    ctranslate2_export.check_convertible(hp)
+  with pytest.raises(ctranslate2_lib.NotConvertibleError, match=re.escape(message)):
+    ctranslate2_lib.check_convertible(hp)
 
 
 def test_cli_export_decode_and_refusals(tiny_trained_run, tmp_path, capsys):
@@ -287,7 +290,7 @@ def test_cli_export_decode_and_refusals(tiny_trained_run, tmp_path, capsys):
   # the same kernels, so exact on every CPU (int8 parts from float32 at near-ties).
   import t2t_keras
   encoders = t2t_keras.open_run(run, data_dir=data_dir).encoders
-  want = ctranslate2_decode.CTranslate2Decoder(
+  want = ctranslate2_decoder.CTranslate2Decoder(
       model_dir, encoders, DecodeHParams(beam_size=2, log_results=False), compute_type="int8",
       log=lambda _: None).decode_lines(source.read_text(encoding="utf-8").splitlines())
   assert lines == want + [""] and lines[1] == "" and all(lines[i] for i in (0, 2))
@@ -305,7 +308,7 @@ def untrained_runs(tmp_path_factory):
   """Two untrained runs of the tiny problem: "ok" (learned positions, converts) and
   "narrow_keys" (attention_key_channels 8 of hidden 16: CTranslate2 cannot hold it)."""
   from data_gen import registry
-  from t2t_keras import run_dir
+  from t2t_keras.rundir import model_factory, settings as run_dir
   root = str(tmp_path_factory.mktemp("ct2_untrained"))
   data_dir = tiny_problem.make_tiny_problem(root, train=200, dev=8)
   problem = registry.problem("translate_from_files", data_dir)
@@ -319,7 +322,7 @@ def untrained_runs(tmp_path_factory):
     runs[name] = os.path.join(root, name)
     run_dir.save_or_check_run_files(runs[name], hp, "translate_from_files", spec,
                                     run_dir.vocab_record(problem, data_dir, encoders))
-    checkpoint = tf.train.Checkpoint(model=run_dir.build_model(hp, spec))
+    checkpoint = tf.train.Checkpoint(model=model_factory.build_model(hp, spec))
     tf.train.CheckpointManager(checkpoint, runs[name], 1).save(1)
   return runs, data_dir, root
 
@@ -382,13 +385,13 @@ def _umask() -> int:
 def test_input_past_the_position_table_is_one_line(untrained_runs, tmp_path, capsys):
   runs, data_dir, _ = untrained_runs
   source = tmp_path / "long.en"
-  words = ctranslate2_export.MAX_POSITIONS + 10  # at least one subword token each
+  words = ctranslate2_lib.MAX_POSITIONS + 10  # at least one subword token each
   source.write_text("the red house\n" + " ".join(["dog"] * words) + "\n", encoding="utf-8")
   code, _, err = run_cli_output("t2t_keras.cli.decoder", [
       f"--output_dir={runs['ok']}", f"--data_dir={data_dir}", "--engine=ctranslate2",
       f"--decode_from_file={source}", "--decode_hparams=beam_size=1,log_results=false"],
       capsys)
-  _one_line_error(code, err, f"exceeds the {ctranslate2_export.MAX_POSITIONS} positions",
+  _one_line_error(code, err, f"exceeds the {ctranslate2_lib.MAX_POSITIONS} positions",
                   "max_input_size")
   code, out, err = run_cli_output("t2t_keras.cli.decoder", [
       f"--output_dir={runs['ok']}", f"--data_dir={data_dir}", "--engine=ctranslate2",
@@ -411,7 +414,7 @@ def test_int8_quantizes_the_embeddings_and_projection_too(tmp_path):
                                          ("int8", None, "int8"),
                                          ("all_int8", "all", "default"),
                                          ("layers_int8", "layers", "default")):
-    spec = ctranslate2_export.build_spec(model)
+    spec = ctranslate2_lib.build_spec(model)
     spec.validate()
     spec.optimize()
     if saved_int8:  # CTranslate2's own int8 scheme, applied before saving
@@ -445,7 +448,7 @@ def test_sampling_maps_t2t_settings(tmp_path):
   rows = _rows(np.random.default_rng(1), [4] * 6)
   greedy = _engine(model, tmp_path, DecodeHParams(beam_size=1))
   model_dir = str(tmp_path / "ct2")
-  sample = lambda top_k: ctranslate2_decode.CTranslate2Decoder(
+  sample = lambda top_k: ctranslate2_decoder.CTranslate2Decoder(
       model_dir, None, DecodeHParams(beam_size=1, sampling_method="random",
                                      sampling_temp=1.0, sampling_keep_top_k=top_k))
   assert sample(1)._decode_batch(rows)[0] == greedy._decode_batch(rows)[0]

@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_keras import beam_search, decode_text, decoding
 import t2t_keras
+from t2t_keras.decoding import beam_search, inference_choices, seq2seq, text_decoder
 from t2t_keras.hparams import create_decode_hparams
-from t2t_keras.perf import inference
-from tests.support import near_ties
-from tests.support import t2t_numpy_decoding as t2t
+from t2t_keras.training import bleu_hook
+from tests.support import near_ties, t2t_numpy_decoding as t2t
 from tests.support.decode_checks import (assert_batch_equals_alone,
                                          assert_cached_logits_equal_recomputation, id_rows,
                                          op_types, random_model)
@@ -92,7 +91,7 @@ def test_each_sentence_decodes_as_t2t_alone():
   # The n-best run's top beam is T2T's stop_early top beam: once the best finished
   # score beats the alive bound no later hypothesis can beat it (the top_beams=1
   # stopping itself is checked against the port in test_beam_search.py).
-  fns = {name: decoding.make_decode_fn(model, create_decode_hparams(
+  fns = {name: seq2seq.make_decode_fn(model, create_decode_hparams(
       f"beam_size={beam},alpha={alpha},extra_length={extra},return_beams=true"))
          for name, beam in (("nbest", 4), ("greedy", 1))}
   batch = {name: [t.numpy() for t in fn(tf.constant(x))] for name, fn in fns.items()}
@@ -126,8 +125,8 @@ def test_cached_equals_uncached_random_model(beam):
   model, _ = random_model()
   x = id_rows(np.random.default_rng(0), 30, [5, 3, 7])
   dhp = create_decode_hparams(f"beam_size={beam},extra_length=6")
-  fast = decoding.make_decode_fn(model, dhp, use_cache=True)(tf.constant(x))
-  slow = decoding.make_decode_fn(model, dhp, use_cache=False)(tf.constant(x))
+  fast = seq2seq.make_decode_fn(model, dhp, use_cache=True)(tf.constant(x))
+  slow = seq2seq.make_decode_fn(model, dhp, use_cache=False)(tf.constant(x))
   near_ties.assert_decodes_equal_or_near_tie(
       fast, slow, near_ties.model_margin_of(model, x, beam, dhp.alpha, 6, 30), SCORE_EPS,
       "cached vs uncached")  # the bound of two float32 computations of one model
@@ -146,8 +145,8 @@ def test_cached_equals_uncached_trained_model(trained, beam):
   width = max(map(len, rows))
   x = tf.constant([r + [0] * (width - len(r)) for r in rows], tf.int32)
   dhp = create_decode_hparams(f"beam_size={beam},alpha=0.6,extra_length=10")
-  fast = decoding.make_decode_fn(model, dhp, use_cache=True)(x)
-  slow = decoding.make_decode_fn(model, dhp, use_cache=False)(x)
+  fast = seq2seq.make_decode_fn(model, dhp, use_cache=True)(x)
+  slow = seq2seq.make_decode_fn(model, dhp, use_cache=False)(x)
   margin_of = near_ties.model_margin_of(model, x.numpy(), beam, 0.6, 10,
                                         model.target_vocab_size)
   near_ties.assert_decodes_equal_or_near_tie(fast, slow, margin_of, SCORE_EPS,
@@ -162,7 +161,7 @@ def test_cached_equals_uncached_trained_model(trained, beam):
 # are compared only through the near-tie rule.
 def test_trained_model_translates(trained):
   model, _, encoders = _loaded(trained)
-  decoder = decode_text.TextDecoder(model, encoders, create_decode_hparams("beam_size=4"))
+  decoder = text_decoder.TextDecoder(model, encoders, create_decode_hparams("beam_size=4"))
   out = decoder.decode_lines(["the big house", "a red cat sees the old dog"])
   assert out == ["der groß Haus", "ein rot Katze sieht der alt Hund"]
 
@@ -177,22 +176,22 @@ def test_beam_one_equals_greedy():
   model, _ = random_model()
   x = tf.constant(id_rows(np.random.default_rng(2), 30, [4, 6, 5, 7, 3, 5]))
   dhp = "extra_length=5,alpha=0.0"
-  greedy_ids, greedy_scores = decoding.make_decode_fn(
+  greedy_ids, greedy_scores = seq2seq.make_decode_fn(
       model, create_decode_hparams("beam_size=1," + dhp))(x)
-  fn = decoding.make_symbols_to_logits_fn(model, True)
+  fn = seq2seq.make_symbols_to_logits_fn(model, True)
   enc, bias = model.encode(x)
   state = model.init_decoding_state(enc, bias, int(x.shape[1]) + 5)
   ids, scores, _, _ = beam_search.beam_search(
       fn, tf.zeros([6], tf.int32), int(x.shape[1]) + 5,
       beam_search.BeamSearchOptions(beam_size=1, vocab_size=30, alpha=0.0), state,
-      decode_lengths=decoding._input_lengths(x) + 5)
+      decode_lengths=seq2seq._input_lengths(x) + 5)
   # Otherwise the two searches part only at a near-tie of greedy's choices (both
   # read this model's cached logits; tests/support/near_ties.py).
   margin_of = near_ties.model_margin_of(model, x.numpy(), 1, 0.0, 5, 30)
   same = ties = 0
   for row in range(6):
     got, want = ids[row, 0, 1:].numpy(), greedy_ids[row].numpy()
-    n = len(decoding.strip_ids(got))
+    n = len(seq2seq.strip_ids(got))
     if np.array_equal(got, want):
       same += 1
       np.testing.assert_allclose(scores[row, 0], greedy_scores[row], atol=1e-5)
@@ -211,7 +210,7 @@ def test_batch_equals_alone(beam):
   model, _ = random_model()
   x = id_rows(np.random.default_rng(3), 30, [7, 3, 5, 2])
   dhp = create_decode_hparams(f"beam_size={beam},extra_length=4")
-  assert_batch_equals_alone(decoding.make_decode_fn(model, dhp), x,
+  assert_batch_equals_alone(seq2seq.make_decode_fn(model, dhp), x,
                             near_ties.model_margin_of(model, x, beam, dhp.alpha, 4, 30))
 
 
@@ -220,8 +219,8 @@ def test_xla_equals_default(beam):
   model, _ = random_model()
   x = tf.constant(id_rows(np.random.default_rng(4), 30, [6, 4]))
   dhp = create_decode_hparams(f"beam_size={beam},extra_length=5")
-  plain = decoding.make_decode_fn(model, dhp)(x)
-  xla = decoding.make_decode_fn(model, dhp, jit_compile=True)(x)
+  plain = seq2seq.make_decode_fn(model, dhp)(x)
+  xla = seq2seq.make_decode_fn(model, dhp, jit_compile=True)(x)
   near_ties.assert_decodes_equal_or_near_tie(
       xla, plain, near_ties.model_margin_of(model, x.numpy(), beam, dhp.alpha, 5, 30),
       SCORE_EPS, "XLA vs graph")
@@ -231,14 +230,14 @@ def test_nbest_sorted_and_scores_match_score_file(trained):
   model, _, encoders = _loaded(trained)
   alpha = 0.6
   dhp = create_decode_hparams(f"beam_size=4,alpha={alpha},return_beams=true,extra_length=8")
-  decoder = decode_text.TextDecoder(model, encoders, dhp)
+  decoder = text_decoder.TextDecoder(model, encoders, dhp)
   source = "a small cat sees the house"
   x = tf.constant([encoders["inputs"].encode(source) + [1]], tf.int32)
   ids, scores = decoder.decode_fn(jit_compile=False)(x)
   ids, scores = ids[0].numpy(), scores[0].numpy()
   assert list(scores) == sorted(scores, reverse=True)
   for beam_ids, score in zip(ids, scores):
-    tokens = decoding.strip_ids(beam_ids)
+    tokens = seq2seq.strip_ids(beam_ids)
     assert beam_ids[len(tokens)] == 1  # finished with EOS
     text = encoders["targets"].decode(tokens)
     log_prob = decoder.score_pairs([source], [text])[0]
@@ -305,11 +304,11 @@ def test_bleu_hook_of_training_decodes_and_scores(trained, tmp_path):
   src, ref = tmp_path / "dev.en", tmp_path / "dev.de"
   src.write_text("the old dog sees a cat\nthe big house\n", encoding="utf-8")
   ref.write_text("der alt Hund sieht ein Katze\nder groß Haus\n", encoding="utf-8")
-  hook = decode_text.make_bleu_hook(model, encoders, create_decode_hparams("beam_size=2"),
+  hook = bleu_hook.make_bleu_hook(model, encoders, create_decode_hparams("beam_size=2"),
                                     str(src), str(ref))
   assert hook(0)["bleu"] == pytest.approx(100.0)
   ref.write_text("der alt Hund sieht ein Katze\nx\n", encoding="utf-8")
-  hook = decode_text.make_bleu_hook(model, encoders, create_decode_hparams("beam_size=2"),
+  hook = bleu_hook.make_bleu_hook(model, encoders, create_decode_hparams("beam_size=2"),
                                     str(src), str(ref), max_lines=1)
   assert hook(0)["bleu"] == pytest.approx(100.0)  # only the first line is decoded
 
@@ -319,10 +318,10 @@ def test_xla_length_buckets():
   cases = {1: 8, 8: 8, 9: 16, 25: 32, 33: 48, 49: 64, 65: 96, 97: 128, 129: 192,
            200: 256, 257: 384, 385: 512, 513: 768, 1000: 1024}
   for length, bucket in cases.items():
-    assert inference.xla_length(length) == bucket, length
+    assert inference_choices.xla_length(length) == bucket, length
   lengths = range(1, 600)
-  assert len({inference.xla_length(n) for n in lengths}) == 13  # few compilations
-  assert all(inference.xla_length(n) <= max(8, 2 * n) for n in lengths)
+  assert len({inference_choices.xla_length(n) for n in lengths}) == 13  # few compilations
+  assert all(inference_choices.xla_length(n) <= max(8, 2 * n) for n in lengths)
 
 
 def test_automatic_xla_only_for_long_float32_files_of_large_models():
@@ -332,11 +331,11 @@ def test_automatic_xla_only_for_long_float32_files_of_large_models():
     return types.SimpleNamespace(hparams=types.SimpleNamespace(hidden_size=hidden),
                                  dtype_policy=types.SimpleNamespace(compute_dtype=dtype))
 
-  many, few = inference.AUTO_XLA_MIN_LINES, inference.AUTO_XLA_MIN_LINES - 1
-  assert inference.decode_with_xla(model(512, "float32"), many)
-  assert not inference.decode_with_xla(model(512, "float32"), few)
-  assert not inference.decode_with_xla(model(128, "float32"), many)
-  assert not inference.decode_with_xla(model(1024, "bfloat16"), many)
+  many, few = inference_choices.AUTO_XLA_MIN_LINES, inference_choices.AUTO_XLA_MIN_LINES - 1
+  assert inference_choices.decode_with_xla(model(512, "float32"), many)
+  assert not inference_choices.decode_with_xla(model(512, "float32"), few)
+  assert not inference_choices.decode_with_xla(model(128, "float32"), many)
+  assert not inference_choices.decode_with_xla(model(1024, "bfloat16"), many)
 
 
 def test_xla_with_bucketed_lengths_decodes_as_without(trained):
@@ -344,9 +343,9 @@ def test_xla_with_bucketed_lengths_decodes_as_without(trained):
   lines = ["the big house", "a red cat sees the old dog", "", "the dog",
            "the old house sees a big red cat and the dog"] * 3
   dhp = create_decode_hparams("beam_size=3,batch_size=4")
-  plain = decode_text.TextDecoder(model, encoders, dhp, jit_compile=False,
+  plain = text_decoder.TextDecoder(model, encoders, dhp, jit_compile=False,
                                   log=lambda line: None).decode_lines(lines)
-  xla = decode_text.TextDecoder(model, encoders, dhp, jit_compile=True, log=lambda line: None)
+  xla = text_decoder.TextDecoder(model, encoders, dhp, jit_compile=True, log=lambda line: None)
   margin_of = near_ties.model_margin_of(model, [xla._encode(line)[0] for line in lines], 3,
                                         dhp.alpha, dhp.extra_length, model.target_vocab_size)
   compiled = xla.decode_lines(lines)
@@ -367,11 +366,11 @@ def test_graph_decoding_writes_buffers_in_place_xla_by_scatter():
   model, hp = random_model()
   x = tf.constant(id_rows(np.random.default_rng(4), 30, [6, 4]))
   dhp = create_decode_hparams("beam_size=3,extra_length=5")
-  graph = op_types(decoding.make_decode_fn(model, dhp).get_concrete_function(x))
+  graph = op_types(seq2seq.make_decode_fn(model, dhp).get_concrete_function(x))
   assert graph[("InplaceUpdate", "float32")] == 2 * hp.num_hidden_layers
   assert graph[("Empty", "")] == 2 * hp.num_hidden_layers
   assert not graph[("TensorScatterUpdate", "float32")]
-  xla = op_types(decoding.make_decode_fn(model, dhp, jit_compile=True)
+  xla = op_types(seq2seq.make_decode_fn(model, dhp, jit_compile=True)
                   .get_concrete_function(x))
   assert xla[("TensorScatterUpdate", "float32")] == 2 * hp.num_hidden_layers
   assert not xla[("InplaceUpdate", "float32")]
@@ -385,7 +384,7 @@ def test_concurrent_decodes_do_not_share_buffers():
   model, _ = random_model()
   rng = np.random.default_rng(8)
   batches = [tf.constant(id_rows(rng, 30, [7, 5, 6])), tf.constant(id_rows(rng, 30, [7, 3, 7]))]
-  fn = decoding.make_decode_fn(model, create_decode_hparams("beam_size=3,extra_length=6"))
+  fn = seq2seq.make_decode_fn(model, create_decode_hparams("beam_size=3,extra_length=6"))
   serial = [fn(b)[0].numpy() for b in batches]
   for _ in range(3):
     results = [None, None]
@@ -416,7 +415,7 @@ def test_bfloat16_weights_cast_once_decode_bit_identical_to_mixed_precision():
     model, _ = random_model()
   finally:
     keras.mixed_precision.set_global_policy("float32")
-  twin = inference.inference_model(model)
+  twin = inference_choices.inference_model(model)
   assert twin is not model
   for v in twin.weights:  # layer norms keep float32 scale and offset, as mixed precision
     want = "float32" if "layer_norm" in v.path else "bfloat16"
@@ -426,8 +425,8 @@ def test_bfloat16_weights_cast_once_decode_bit_identical_to_mixed_precision():
   feats = {"inputs": x, "targets": id_rows(rng, 30, [5, 5, 3])}
   np.testing.assert_array_equal(twin(feats).numpy(), model(feats).numpy())
   dhp = create_decode_hparams("beam_size=3,extra_length=5")
-  mixed_fn = functools.partial(decoding.decode_ids, model, decode_hp=dhp)
-  ours_fn = decoding.make_decode_fn(model, dhp)
+  mixed_fn = functools.partial(seq2seq.decode_ids, model, decode_hp=dhp)
+  ours_fn = seq2seq.make_decode_fn(model, dhp)
   tf.config.run_functions_eagerly(True)
   try:
     eager_mixed, eager_ours = mixed_fn(x), ours_fn(tf.constant(x))
@@ -449,7 +448,7 @@ def test_bfloat16_weights_cast_once_decode_bit_identical_to_mixed_precision():
   near_ties.assert_decodes_equal_or_near_tie(ours, eager_ours, margin_of, eps,
                                              "bfloat16 twin, graph vs op by op")
   float_model, _ = random_model()
-  assert inference.inference_model(float_model) is float_model
+  assert inference_choices.inference_model(float_model) is float_model
 
 
 class _IdEncoder:
@@ -477,12 +476,12 @@ def test_text_decoder_of_a_mixed_bfloat16_model_follows_its_weights():
   encoders = {"inputs": _IdEncoder(), "targets": _IdEncoder()}
   dhp = create_decode_hparams("beam_size=2,extra_length=6")
   lines = ["5 7 9 11", "3 4", "20 21 22"]
-  decoder = decode_text.TextDecoder(model, encoders, dhp, jit_compile=False, log=lambda l: None)
+  decoder = text_decoder.TextDecoder(model, encoders, dhp, jit_compile=False, log=lambda l: None)
   before = decoder.decode_lines(lines)
   rng = np.random.default_rng(3)
   for v in model.trainable_weights:  # a training step's worth of change, and more
     v.assign(v.numpy() + rng.normal(scale=0.5, size=v.shape).astype(np.float32))
-  fresh = decode_text.TextDecoder(model, encoders, dhp, jit_compile=False, log=lambda l: None)
+  fresh = text_decoder.TextDecoder(model, encoders, dhp, jit_compile=False, log=lambda l: None)
   want = fresh.decode_lines(lines)
   assert want != before  # the weights' change shows in the output
   assert decoder.decode_lines(lines) == want

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from data_gen import generator_utils as gu
-from t2t_keras import experiment, inputs
+from t2t_keras.training import inputs, schedules
 
 NUM_EXAMPLES = 300
 _ID_OFFSET = 2  # ids start after PAD=0 and EOS=1
@@ -41,7 +41,7 @@ def _write_numbered(tmp_path, num_files):
 def _epoch_ids(pattern, mode, num_workers, index, seed):
   ctx = tf.distribute.InputContext(num_input_pipelines=num_workers, input_pipeline_id=index,
                                    num_replicas_in_sync=num_workers)
-  ds = experiment.worker_dataset(pattern, _hparams(), mode, ctx, seed, repeat=False)
+  ds = schedules.worker_dataset(pattern, _hparams(), mode, ctx, seed, repeat=False)
   return [int(t) - _ID_OFFSET for batch in ds for t in batch["targets"][:, 0].numpy()]
 
 

@@ -112,8 +112,8 @@ def test_layers_round_trip_their_broadcast_dims_in_config():
 
 
 def test_tpu_set_trains_with_shared_masks():
-  from t2t_keras.run_dir import ModelSpec
-  from t2t_keras.training import Trainer, create_strategy
+  from t2t_keras.rundir.settings import ModelSpec
+  from t2t_keras.training.trainer import Trainer, create_strategy
   from tests.support.step_utils import batches, one_step
   hp = hp_lib.create_hparams("transformer_tpu", TINY + ",batch_size=64")
   assert (hp.attention_dropout_broadcast_dims, hp.relu_dropout_broadcast_dims,

@@ -9,10 +9,9 @@ import pytest
 import tensorflow as tf
 
 import t2t_keras
-from t2t_keras import beam_search, decoding, ensemble
+from t2t_keras.decoding import beam_search, ensemble, seq2seq
 from t2t_keras.hparams import create_decode_hparams
-from tests.support import near_ties
-from tests.support import t2t_numpy_decoding as t2t
+from tests.support import near_ties, t2t_numpy_decoding as t2t
 from tests.support.cli import run_cli
 from tests.support.trained_fixture import SMALL, train_tiny_run
 
@@ -70,10 +69,10 @@ def test_ensemble_decodes_as_t2t_search_on_the_mean_log_probs(opened):
   rows = _rows(opened.encoders, LINES)
   x = tf.constant(_padded(rows))
   extra, alpha, vocab = 10, 0.6, opened.model.target_vocab_size
-  fns = {name: decoding.make_decode_fn(opened.model, create_decode_hparams(
+  fns = {name: seq2seq.make_decode_fn(opened.model, create_decode_hparams(
       f"beam_size={beam},alpha={alpha},extra_length={extra},return_beams=true"))
          for name, beam in (("nbest", 4), ("greedy", 1))}
-  alone = [decoding.make_decode_fn(m, create_decode_hparams(
+  alone = [seq2seq.make_decode_fn(m, create_decode_hparams(
       f"beam_size=4,alpha={alpha},extra_length={extra}"))(x)[1].numpy() for m in members]
   got = {name: [t.numpy() for t in fn(x)] for name, fn in fns.items()}
   ties = 0
@@ -138,7 +137,7 @@ def test_a_model_ensembled_with_itself_decodes_as_alone(runs):
   x = tf.constant(_padded(rows))
   dhp = create_decode_hparams("beam_size=4,alpha=0.6,extra_length=10")
   near_ties.assert_decodes_equal_or_near_tie(
-      decoding.make_decode_fn(twice, dhp)(x), decoding.make_decode_fn(model, dhp)(x),
+      seq2seq.make_decode_fn(twice, dhp)(x), seq2seq.make_decode_fn(model, dhp)(x),
       near_ties.model_margin_of(model, rows, 4, 0.6, 10, model.target_vocab_size),
       SCORE_EPS, "model twice vs alone")
 
@@ -154,8 +153,8 @@ def test_cached_equals_uncached_for_the_ensemble(opened):
                                       len(rows[i]) + 8, opened.model.target_vocab_size)
 
   near_ties.assert_decodes_equal_or_near_tie(
-      decoding.make_decode_fn(opened.model, dhp, use_cache=True)(x),
-      decoding.make_decode_fn(opened.model, dhp, use_cache=False)(x), margin_of, SCORE_EPS,
+      seq2seq.make_decode_fn(opened.model, dhp, use_cache=True)(x),
+      seq2seq.make_decode_fn(opened.model, dhp, use_cache=False)(x), margin_of, SCORE_EPS,
       "ensemble cached vs uncached")
 
 

@@ -1,4 +1,4 @@
-"""Tests for t2t_keras/evalb.py and t2t_keras_parse_eval, on hand-scored trees.
+"""Tests for t2t_keras/scoring/evalb.py and t2t_keras_parse_eval, on hand-scored trees.
 
 Bracket lists in the comments are (start, end) over word positions after the
 punctuation words are removed, end exclusive.
@@ -9,14 +9,13 @@ import math
 import pathlib
 import random
 
-import pytest
 from absl import app, flags
 from absl.testing import flagsaver
+import pytest
 
-from data_gen import trees
-from data_gen import wsj_parsing as wp
-from t2t_keras import evalb
+from data_gen import trees, wsj_parsing as wp
 from t2t_keras.cli import parse_eval
+from t2t_keras.scoring import evalb
 
 CAT = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))"
 # Words The cat sat (. deleted). Gold: S(0,3) NP(0,2) VP(2,3).

@@ -21,9 +21,10 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the TF-Text ops the SavedModel uses)
 
 from data_gen import file_io
-from t2t_keras import decode_text, decoding, export
 import t2t_keras
 from t2t_keras.cli import query
+from t2t_keras.decoding import seq2seq, text_decoder as text_decoder_lib
+from t2t_keras.export import saved_model
 from t2t_keras.hparams import create_decode_hparams
 from tests.support import near_ties
 from tests.support.tolerances import SCORE_EPS
@@ -69,7 +70,7 @@ def run(tiny_trained_run):
   model, hp, problem, encoders = opened.model, opened.hparams, opened.problem, opened.encoders
   vocab = {s: os.path.join(data_dir, problem.vocab_filenames[s]) for s in encoders}
   export_dir = os.path.join(run_dir, "export")  # the exporter CLI's default
-  version_dir = export.export_saved_model(model, hp, create_decode_hparams(DECODE_HP), vocab,
+  version_dir = saved_model.export_saved_model(model, hp, create_decode_hparams(DECODE_HP), vocab,
                                           export_dir, encoders)
   return dict(run_dir=run_dir, data_dir=data_dir, export_dir=export_dir, v1=version_dir,
               model=model, hp=hp, encoders=encoders)
@@ -82,7 +83,7 @@ def loaded(run):
 
 @pytest.fixture(scope="module")
 def text_decoder(run):
-  return decode_text.TextDecoder(run["model"], run["encoders"],
+  return text_decoder_lib.TextDecoder(run["model"], run["encoders"],
                                  create_decode_hparams(DECODE_HP), log=lambda line: None)
 
 
@@ -97,7 +98,7 @@ def _test_lines(run, n=50):
 
 
 def test_layout_and_versioning(run):
-  assert export.existing_versions(run["export_dir"]) == [1]
+  assert saved_model.existing_versions(run["export_dir"]) == [1]
   assert os.listdir(run["export_dir"]) == ["1"]  # no temp directory left behind
   assert os.path.exists(os.path.join(run["v1"], "saved_model.pb"))
   assets = os.listdir(os.path.join(run["v1"], "assets"))
@@ -156,7 +157,7 @@ def test_fresh_process_equals_text_decoder(run, text_decoder):
 
 
 def test_empty_long_and_mixed_batch(run, loaded):
-  assert decode_text.input_cap(create_decode_hparams(DECODE_HP)) is None  # T2T: no cut
+  assert text_decoder_lib.input_cap(create_decode_hparams(DECODE_HP)) is None  # T2T: no cut
   # > max_length (256) subword tokens. 90 repeats (361 tokens): T2T's search on the
   # fixture parts its choices by >= 1.4e-3 there, well above 2 * SCORE_EPS, so the
   # near-tie rule below still tells a cut input (another output) from the whole;
@@ -173,7 +174,7 @@ def test_empty_long_and_mixed_batch(run, loaded):
                                      "in a mixed batch vs alone")
   # The long input is translated whole, as the Python decoder does.
   assert len(run["encoders"]["inputs"].encode(long_line)) > run["hp"].max_length
-  whole = decode_text.TextDecoder(run["model"], run["encoders"], create_decode_hparams(DECODE_HP),
+  whole = text_decoder_lib.TextDecoder(run["model"], run["encoders"], create_decode_hparams(DECODE_HP),
                                   log=lambda line: None)
   expected = whole.decode_lines([long_line])[0]
   assert expected != ""
@@ -186,11 +187,11 @@ def test_example_signature_matches_text_signature(run, loaded):
   # process.
   lines = ["the big house", "a red cat sees the old dog", "", "new blue dog"]
   enc = run["encoders"]
-  examples = [export.make_example(enc["inputs"].encode(s) + [1] if s else []) for s in lines]
+  examples = [saved_model.make_example(enc["inputs"].encode(s) + [1] if s else []) for s in lines]
   out = loaded.signatures["serialized_example"](input=tf.constant(examples))
   ids = out["outputs"].numpy()
   assert ids.dtype == np.int32 and ids.ndim == 2 and len(ids) == len(lines)
-  texts = [enc["targets"].decode(decoding.strip_ids(row)) for row in ids]
+  texts = [enc["targets"].decode(seq2seq.strip_ids(row)) for row in ids]
   expected, expected_scores = _translate(loaded, lines)
   assert texts == expected
   np.testing.assert_allclose(out["scores"].numpy(), expected_scores, atol=1e-5)
@@ -202,7 +203,7 @@ def test_all_empty_and_zero_size_batches(loaded):
   assert outputs == ["", ""] and not scores.any()
   assert _translate(loaded, [])[0] == []
   out = loaded.signatures["serialized_example"](
-      input=tf.constant([export.make_example([]), export.make_example([1])]))
+      input=tf.constant([saved_model.make_example([]), saved_model.make_example([1])]))
   assert out["outputs"].shape[0] == 2 and not out["outputs"].numpy().any()
 
 
@@ -284,13 +285,13 @@ def test_exporter_cli_adds_version_2_and_warmup_parses(run, loaded):
       capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.strip().endswith(os.path.join(run["export_dir"], "2"))
-  assert export.existing_versions(run["export_dir"]) == [1, 2]
+  assert saved_model.existing_versions(run["export_dir"]) == [1, 2]
   assert sorted(os.listdir(run["export_dir"])) == ["1", "2"]
   assert _tree_digest(run["v1"]) == before
   from tensorflow_serving.apis import prediction_log_pb2
   for version in ("1", "2"):
     path = os.path.join(run["export_dir"], version, "assets.extra",
-                        export.WARMUP_FILENAME)
+                        saved_model.WARMUP_FILENAME)
     logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy())
             for r in tf.data.TFRecordDataset(path)]
     signatures = sorted(log.predict_log.request.model_spec.signature_name for log in logs)
@@ -303,7 +304,7 @@ def test_exporter_cli_adds_version_2_and_warmup_parses(run, loaded):
   outputs = tf.saved_model.load(os.path.join(run["export_dir"], "2")).signatures[
       "serving_default"](inputs=tf.constant(lines))["outputs"].numpy()
   assert outputs.shape == (3, 2)
-  beams = decode_text.TextDecoder(run["model"], run["encoders"],
+  beams = text_decoder_lib.TextDecoder(run["model"], run["encoders"],
                                   create_decode_hparams(BEAMS_HP), log=lambda line: None)
   expected = beams.decode_lines(lines)
   expected[1] = "\t"  # an empty input gives empty beams (TextDecoder gives one "")
@@ -324,17 +325,17 @@ def test_exporter_cli_adds_version_2_and_warmup_parses(run, loaded):
     inputs = {k: tf.constant(tf.make_ndarray(v))
               for k, v in {**defaults, **request.inputs}.items()}
     out = _predict(version_2, request.model_spec.signature_name, inputs)
-    assert len(out["scores"]) == len(export.WARMUP_SENTENCES)
+    assert len(out["scores"]) == len(saved_model.WARMUP_SENTENCES)
 
 
 def test_bad_arguments(run, tmp_path):
   with pytest.raises(ValueError, match="vocab_files"):
-    export.ServingModule(run["model"], run["hp"], create_decode_hparams(""),
+    saved_model.ServingModule(run["model"], run["hp"], create_decode_hparams(""),
                          {"inputs": str(tmp_path / "missing"), "targets": "x"})
   with pytest.raises(ValueError, match="batch_size"):
     query.translate(["a"], lambda values: None, batch_size=0)
-  assert decode_text.input_cap(create_decode_hparams("max_input_size=7")) == 6  # T2T: + EOS
+  assert text_decoder_lib.input_cap(create_decode_hparams("max_input_size=7")) == 6  # T2T: + EOS
   (tmp_path / "3").mkdir()
   (tmp_path / "10").mkdir()
   (tmp_path / ".tmp-export-1").mkdir()
-  assert export.existing_versions(str(tmp_path)) == [3, 10]
+  assert saved_model.existing_versions(str(tmp_path)) == [3, 10]

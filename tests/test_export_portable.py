@@ -19,7 +19,8 @@ import pytest
 import tensorflow as tf
 
 from data_gen import text_encoder
-from t2t_keras import export, perf
+from t2t_keras import perf
+from t2t_keras.export import saved_model
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from t2t_keras.model import Transformer
 from tests.support import gpu_kernels
@@ -63,7 +64,7 @@ def _export(root, policy):
     hp = create_hparams("transformer_tiny", "num_hidden_layers=1")
     model = Transformer(hp, encoder.vocab_size, target_space_id=0)
     model.build()
-    return export.export_saved_model(
+    return saved_model.export_saved_model(
         model, hp, create_decode_hparams(DECODE_HP), {"inputs": vocab, "targets": vocab},
         os.path.join(root, "export"), {"inputs": encoder, "targets": encoder},
         beam_sizes=[1, 2])

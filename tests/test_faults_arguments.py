@@ -10,9 +10,9 @@ ensemble's): one string is refused, not read character by character.
 
 import pytest
 
-import t2t_keras
 from data_gen.text_encoder import ByteTextEncoder
-from t2t_keras import lm_decoding
+import t2t_keras
+from t2t_keras.decoding import lm as lm_lib
 from tests.support.cli import run_cli_output
 from tests.support.random_lm import lm
 
@@ -109,9 +109,9 @@ def test_one_string_is_refused_by_translate_and_score_alone_and_in_an_ensemble(
 def test_one_string_is_refused_by_the_language_model_functions(language_model):
   model, encoder = language_model
   with pytest.raises(ValueError, match=r"takes a list of texts.*pass \['Der mann'\]"):
-    lm_decoding.score_texts(model, encoder, "Der mann")
+    lm_lib.score_texts(model, encoder, "Der mann")
   with pytest.raises(ValueError, match=r"takes a list of prompts.*pass \['Der mann'\]"):
-    lm_decoding.sample_texts(model, encoder, "Der mann", max_new_tokens=3)
+    lm_lib.sample_texts(model, encoder, "Der mann", max_new_tokens=3)
 
 
 @pytest.mark.parametrize("bad, shown", [(None, "None"), (5, "5"), (["x"], "['x']"),
@@ -123,8 +123,8 @@ def test_a_bad_item_is_named_with_its_index(opened, ensemble_run, language_model
       "sentences[0]": lambda: ensemble_run.translate([bad]),
       "prefix[1]": lambda: opened.translate(["a", "b"], prefix=["", bad]),
       "targets[0]": lambda: opened.score(["the big house"], [bad]),
-      "texts[2]": lambda: lm_decoding.score_texts(model, encoder, ["a", "b", bad]),
-      "prompts[0]": lambda: lm_decoding.sample_texts(model, encoder, [bad], max_new_tokens=2),
+      "texts[2]": lambda: lm_lib.score_texts(model, encoder, ["a", "b", bad]),
+      "prompts[0]": lambda: lm_lib.sample_texts(model, encoder, [bad], max_new_tokens=2),
   }
   for name, call in calls.items():
     with pytest.raises(ValueError) as error:
@@ -139,7 +139,7 @@ def test_utf8_bytes_are_taken_as_their_text(opened, language_model):
   # Greedy: the fastest search to trace; bytes and str in one batch, so one decode each.
   assert len(set(opened.translate([line.encode("utf-8"), line], beam_size=1))) == 1
   assert len(set(opened.score([line.encode(), line], [b"der gross Haus", "der gross Haus"]))) == 1
-  assert len(set(lm_decoding.score_texts(model, encoder, ["M\u00fcnchen".encode("utf-8"),
+  assert len(set(lm_lib.score_texts(model, encoder, ["M\u00fcnchen".encode("utf-8"),
                                                           "M\u00fcnchen"]))) == 1
 
 
@@ -162,9 +162,9 @@ def test_translate_refuses_the_decode_hparams_it_sets_from_n_best(opened):
 
 def test_no_prompts_sample_nothing(language_model):
   model, encoder = language_model
-  assert lm_decoding.sample_texts(model, encoder, [], max_new_tokens=3) == []
-  assert lm_decoding.sample_ids(model, [], max_new_tokens=3) == []
-  assert lm_decoding.score_texts(model, encoder, []) == []
+  assert lm_lib.sample_texts(model, encoder, [], max_new_tokens=3) == []
+  assert lm_lib.sample_ids(model, [], max_new_tokens=3) == []
+  assert lm_lib.score_texts(model, encoder, []) == []
 
 
 @pytest.mark.parametrize("settings, names", [
@@ -177,8 +177,8 @@ def test_no_prompts_sample_nothing(language_model):
 def test_sampling_settings_are_plain_errors_before_tensorflow(language_model, settings,
                                                               names):
   model, encoder = language_model
-  for call in (lambda: lm_decoding.sample_texts(model, encoder, ["ab"], 3, **settings),
-               lambda: lm_decoding.sample_ids(model, [[5]], 3, **settings)):
+  for call in (lambda: lm_lib.sample_texts(model, encoder, ["ab"], 3, **settings),
+               lambda: lm_lib.sample_ids(model, [[5]], 3, **settings)):
     with pytest.raises(ValueError) as error:
       call()
     text = _single_line(error)

@@ -17,12 +17,14 @@ import sys
 import pytest
 import tensorflow as tf
 
+from t2t_keras import checkpoints
+from t2t_keras.hparams import create_hparams
+from t2t_keras.rundir import model_factory, settings
+from t2t_keras.rundir.settings import ModelSpec
+from t2t_keras.training import schedules as experiment
+from t2t_keras.training.trainer import Trainer, create_strategy
 from tests.support.cli import run_cli
 from tests.support.tiny_problem import ONE_LAYER, make_tiny_problem
-from t2t_keras import checkpoints, experiment, run_dir
-from t2t_keras.hparams import create_hparams
-from t2t_keras.run_dir import ModelSpec
-from t2t_keras.training import Trainer, create_strategy
 
 STEPS = 4
 
@@ -49,8 +51,8 @@ class _Run:
     self.spec = ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
     self.pattern = problem.filepattern(self.data_dir, "train")
     self.dir = os.path.join(root, "good")
-    run_dir.save_or_check_run_files(self.dir, self.hp, "translate_from_files", self.spec,
-                                    run_dir.vocab_record(problem, self.data_dir, enc))
+    settings.save_or_check_run_files(self.dir, self.hp, "translate_from_files", self.spec,
+                                    settings.vocab_record(problem, self.data_dir, enc))
     self.trainer = Trainer(self.hp, self.spec, create_strategy("one_device"))
     self.experiment(self.dir, STEPS).train()
     self.sums = _sums(self.dir)
@@ -131,12 +133,12 @@ def test_truncated_data_is_named_trainer_falls_back_decoder_warns_or_refuses(run
   os.truncate(data, os.path.getsize(data) // 2)
   # Decoder / exporter path: no explicit checkpoint -> newest loadable, with a warning.
   warnings = []
-  *_, path = run_dir.load_trained_model(directory, log=warnings.append)
+  *_, path = model_factory.load_trained_model(directory, log=warnings.append)
   assert path == os.path.join(directory, f"ckpt-{STEPS - 1}")
   assert len(warnings) == 1 and data in warnings[0]
   # An explicit damaged checkpoint: a clear error naming the file.
   with pytest.raises(checkpoints.CheckpointError, match="data-00000-of-00001 has"):
-    run_dir.load_trained_model(directory, os.path.join(directory, f"ckpt-{STEPS}"))
+    model_factory.load_trained_model(directory, os.path.join(directory, f"ckpt-{STEPS}"))
   truncated = _sums(directory)[os.path.basename(data)]
   assert run.experiment(directory, STEPS).restore(repair=True) == STEPS - 1
   _unchanged(run.sums, directory, _files_of(run.sums, 1, 2, 3))
@@ -178,8 +180,8 @@ def test_stop_is_recorded_and_run_json_still_matches(run):
   with open(os.path.join(run.dir, "run.json")) as f:
     saved = json.load(f)
   assert saved["stop_reason"] == "train_steps" and saved["stop_step"] == STEPS
-  run_dir.save_or_check_run_files(run.dir, run.hp, "translate_from_files", run.spec)
-  assert run_dir.load_run_files(run.dir)[2] == run.spec
+  settings.save_or_check_run_files(run.dir, run.hp, "translate_from_files", run.spec)
+  assert settings.load_run_files(run.dir)[2] == run.spec
 
 
 # -- CLI settings: refused before anything is written, in one line -------------------------

@@ -21,8 +21,8 @@ import sys
 
 import pytest
 
+from t2t_keras.rundir import lock
 from tests.support.tiny_problem import ONE_LAYER, make_tiny_problem
-from t2t_keras import run_lock
 
 NAME = "translate_from_files"
 VOCAB = "vocab.%s.200.subwords" % NAME
@@ -120,22 +120,23 @@ def run(tmp_path_factory):
   import tensorflow as tf
 
   from data_gen import registry
-  from t2t_keras import experiment, run_dir
   from t2t_keras.hparams import create_hparams
-  from t2t_keras.training import Trainer, create_strategy
+  from t2t_keras.rundir import settings
+  from t2t_keras.training import schedules
+  from t2t_keras.training.trainer import Trainer, create_strategy
   root = str(tmp_path_factory.mktemp("damaged_inputs"))
   data_dir = make_tiny_problem(root, train=200, dev=8)
   problem = registry.problem(NAME, data_dir)
   enc = problem.feature_encoders(data_dir)
   hp = create_hparams("transformer_tiny", ONE_LAYER)
-  spec = run_dir.ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
+  spec = settings.ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
   output_dir = os.path.join(root, "run")
-  run_dir.save_or_check_run_files(output_dir, hp, NAME, spec,
-                                  run_dir.vocab_record(problem, data_dir, enc), data_dir=data_dir)
+  settings.save_or_check_run_files(output_dir, hp, NAME, spec,
+                                  settings.vocab_record(problem, data_dir, enc), data_dir=data_dir)
   tf.keras.utils.set_random_seed(0)
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=1)
-  config = experiment.RunConfig(output_dir=output_dir, train_steps=1, local_eval_frequency=1)
-  experiment.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
+  config = schedules.RunConfig(output_dir=output_dir, train_steps=1, local_eval_frequency=1)
+  schedules.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
                         log=lambda line: None).train()
   source = os.path.join(root, "source.en")
   with open(source, "w", encoding="utf-8") as f:
@@ -195,7 +196,7 @@ def _trainer_resumes(run, directory, damaged, capsys):
   _refused(result, damaged, "--start_over")
   after = _tree(directory)
   # The lock file stays, emptied, as after any trainer (run_lock.py: never deleted).
-  assert after.pop(run_lock.LOCK_NAME, EMPTY) == EMPTY and after == before
+  assert after.pop(lock.LOCK_NAME, EMPTY) == EMPTY and after == before
 
 
 @pytest.mark.parametrize("damage", CHECKPOINT_DAMAGE)

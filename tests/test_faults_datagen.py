@@ -11,10 +11,8 @@ import time
 import pytest
 import tensorflow as tf
 
-from data_gen import generator_utils as gu
-from data_gen import manifest as manifest_lib
-from data_gen import registry
-from t2t_keras import inputs
+from data_gen import generator_utils as gu, manifest as manifest_lib, registry
+from t2t_keras.training import inputs
 from tests.support.cli import run_datagen_in_process
 from tests.support.tiny_problem import write_parallel
 

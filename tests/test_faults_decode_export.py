@@ -22,12 +22,15 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the TF-Text ops the SavedModel uses)
 
 import t2t_keras
-from t2t_keras import checkpoints, decode_text, decoding, errors, export, run_dir
+from t2t_keras import checkpoints, errors
+from t2t_keras.decoding import seq2seq, text_decoder
+from t2t_keras.export import saved_model
 from t2t_keras.hparams import create_decode_hparams, create_hparams
+from t2t_keras.rundir import model_factory, settings
 from tests.support import near_ties, stub_decoding
-from tests.support.tolerances import SCORE_EPS
 from tests.support.cli import run_cli_output
 from tests.support.tiny_problem import make_tiny_problem
+from tests.support.tolerances import SCORE_EPS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
@@ -48,15 +51,15 @@ def run(tmp_path_factory):
   data_dir = make_tiny_problem(root, train=200, dev=8)
   problem = registry.problem("translate_from_files", data_dir)
   encoders = problem.feature_encoders(data_dir)
-  spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size, 0)
+  spec = settings.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size, 0)
   paths = {}
   for name, overrides in (("dir", HP), ("other", HP.replace("hidden_size=16", "hidden_size=32"))):
     tf.keras.utils.set_random_seed(0)
     hp = create_hparams("transformer_tiny", overrides)
     output_dir = os.path.join(root, name)
-    run_dir.save_or_check_run_files(output_dir, hp, "translate_from_files", spec,
-                                    run_dir.vocab_record(problem, data_dir, encoders))
-    checkpoint = tf.train.Checkpoint(model=run_dir.build_model(hp, spec))
+    settings.save_or_check_run_files(output_dir, hp, "translate_from_files", spec,
+                                    settings.vocab_record(problem, data_dir, encoders))
+    checkpoint = tf.train.Checkpoint(model=model_factory.build_model(hp, spec))
     paths[name] = tf.train.CheckpointManager(checkpoint, output_dir, 1).save(1)
   opened = t2t_keras.open_run(os.path.join(root, "dir"), data_dir=data_dir)
   model, hp = opened.model, opened.hparams
@@ -99,12 +102,12 @@ def test_long_inputs_decoder_equals_saved_model_on_every_line(run, tmp_path):
   lengths = [len(run["encoders"]["inputs"].encode(l)) for l in LINES]
   assert sum(n > run["hp"].max_length for n in lengths) >= 5, lengths
   decode_hp = create_decode_hparams(DECODE_HP)
-  version = export.export_saved_model(run["model"], run["hp"], decode_hp, _vocab(run),
+  version = saved_model.export_saved_model(run["model"], run["hp"], decode_hp, _vocab(run),
                                       str(tmp_path / "export"), run["encoders"])
   out = tf.saved_model.load(version).signatures["serving_default"](inputs=tf.constant(LINES))
   served = [o.decode("utf-8") for o in out["outputs"].numpy()]
   logs = []
-  decoder = decode_text.TextDecoder(run["model"], run["encoders"], decode_hp, log=logs.append)
+  decoder = text_decoder.TextDecoder(run["model"], run["encoders"], decode_hp, log=logs.append)
   decoded = decoder.decode_lines(LINES)
   # The SavedModel decodes the 11 lines as one batch in input order, TextDecoder the 10
   # non-empty ones sorted longest first: the same float32 model on other shapes and
@@ -131,17 +134,17 @@ def _vocab(run):
 
 def test_max_input_size_cuts_both_alike_and_names_each_cut_line(tmp_path, monkeypatch):
   vocab = stub_decoding.build_vocab(str(tmp_path / "vocab.subwords"))
-  monkeypatch.setattr(decoding, "decode_ids", stub_decoding.make_stub([]))  # echoes the input
+  monkeypatch.setattr(seq2seq, "decode_ids", stub_decoding.make_stub([]))  # echoes the input
   decode_hp = create_decode_hparams("beam_size=1,max_input_size=4")  # T2T: 3 tokens + EOS
   lines = ["the big red house and the cat", "old", "a small dog runs", ""]
   encoders = {"inputs": vocab, "targets": vocab}
-  version = export.export_saved_model(stub_decoding.NoModel(), create_hparams("transformer_tiny"),
+  version = saved_model.export_saved_model(stub_decoding.NoModel(), create_hparams("transformer_tiny"),
                                       decode_hp, {"inputs": vocab.filename,
                                                   "targets": vocab.filename},
                                       str(tmp_path / "export"), encoders)
   out = tf.saved_model.load(version).signatures["serving_default"](inputs=tf.constant(lines))
   logs = []
-  decoded = decode_text.TextDecoder(stub_decoding.NoModel(), encoders, decode_hp,
+  decoded = text_decoder.TextDecoder(stub_decoding.NoModel(), encoders, decode_hp,
                                     log=logs.append).decode_lines(lines)
   assert [o.decode() for o in out["outputs"].numpy()] == decoded
   assert decoded[0] == vocab.decode(vocab.encode(lines[0])[:3]) and decoded[1] == "old"
@@ -149,7 +152,7 @@ def test_max_input_size_cuts_both_alike_and_names_each_cut_line(tmp_path, monkey
   assert cut == [0, 2]
   row_errors = [e.decode() for e in out["errors"].numpy()]
   assert [bool(e) for e in row_errors] == [i in cut for i in range(len(lines))]
-  assert row_errors[0] == export.truncation_message(decode_hp)
+  assert row_errors[0] == saved_model.truncation_message(decode_hp)
   assert "max_input_size=4" in row_errors[0]
   assert [l for l in logs if "Truncated" in l] == [
       "Truncated 2 input line(s) to max_input_size=4 (3 subword tokens + EOS): line(s) 1, 3."]
@@ -180,7 +183,7 @@ def test_decode_from_dev_stdin_reads_a_pipe_to_its_end(run, tmp_path):
                       "--decode_from_file=/dev/stdin"], input=text)
   assert proc.returncode == 0, proc.stderr[-3000:]
   decode_hp = create_decode_hparams(DECODE_HP)
-  decoder = decode_text.TextDecoder(run["model"], run["encoders"], decode_hp,
+  decoder = text_decoder.TextDecoder(run["model"], run["encoders"], decode_hp,
                                     log=lambda line: None)
   expected = decoder.decode_lines(LINES[:3])
   got = proc.stdout.split("\n")
@@ -328,10 +331,10 @@ def small_tmpfs(tmp_path):
 def test_full_tmpfs_while_exporting_and_decoding(run, small_tmpfs, tmp_path, capsys,
                                                  monkeypatch):
   vocab = stub_decoding.build_vocab(str(tmp_path / "vocab.subwords"))
-  monkeypatch.setattr(decoding, "decode_ids", stub_decoding.make_stub([]))
+  monkeypatch.setattr(seq2seq, "decode_ids", stub_decoding.make_stub([]))
   with pytest.raises(errors.StorageError, match=r"no space left writing the SavedModel in "
                      r".*No space left on device.*no version was written"):
-    export.export_saved_model(stub_decoding.NoModel(), create_hparams("transformer_tiny"),
+    saved_model.export_saved_model(stub_decoding.NoModel(), create_hparams("transformer_tiny"),
                               create_decode_hparams("beam_size=1"),
                               {"inputs": vocab.filename, "targets": vocab.filename},
                               str(small_tmpfs / "export"), {"inputs": vocab, "targets": vocab})
@@ -350,12 +353,12 @@ def test_full_tmpfs_while_exporting_and_decoding(run, small_tmpfs, tmp_path, cap
 def test_checkpoint_of_another_vocabulary_names_the_matrix_and_both_shapes(run, tmp_path):
   """A 2-D mismatch (shapes print with a space) is named as well: only the shared
   embedding differs between a model of vocab V and one of V + 4."""
-  spec = run_dir.load_run_files(run["dir"])[2]
-  wider = run_dir.ModelSpec(spec.input_vocab_size + 4, spec.target_vocab_size + 4, 0)
-  prefix = tf.train.Checkpoint(model=run_dir.build_model(run["hp"], wider)).write(
+  spec = settings.load_run_files(run["dir"])[2]
+  wider = settings.ModelSpec(spec.input_vocab_size + 4, spec.target_vocab_size + 4, 0)
+  prefix = tf.train.Checkpoint(model=model_factory.build_model(run["hp"], wider)).write(
       str(tmp_path / "wider"))
   with pytest.raises(checkpoints.CheckpointError) as e:
-    run_dir.load_trained_model(run["dir"], prefix)
+    model_factory.load_trained_model(run["dir"], prefix)
   depth = run["hp"].hidden_size
   assert (f"has shape ({spec.target_vocab_size + 4}, {depth}) there but "
           f"({spec.target_vocab_size}, {depth}) in this run's model") in str(e.value)

@@ -26,11 +26,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from t2t_keras import checkpoints, errors
+from t2t_keras.hparams import create_hparams
+from t2t_keras.perf import precision
+from t2t_keras.rundir import averaging, model_factory, settings
+from t2t_keras.training import schedules, trainer as trainer_lib
+from t2t_keras.training.trainer import Trainer, create_strategy
 from tests.support.cli import run_cli
 from tests.support.tiny_problem import make_tiny_problem
-from t2t_keras import avg_checkpoints, checkpoints, errors, experiment, precision, run_dir, training
-from t2t_keras.hparams import create_hparams
-from t2t_keras.training import Trainer, create_strategy
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
@@ -128,7 +131,7 @@ def tiny(data_dir):
   problem = registry.problem("translate_from_files", data_dir)
   enc = problem.feature_encoders(data_dir)
   hp = create_hparams("transformer_tiny", HP)
-  spec = run_dir.ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
+  spec = settings.ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
   trainer = Trainer(hp, spec, create_strategy("one_device"))
   state = [v.numpy() for v in trainer.model.variables + trainer.optimizer.variables]
   return trainer, state, problem.filepattern(data_dir, "train")
@@ -136,9 +139,9 @@ def tiny(data_dir):
 
 def _replaced(trainer, out, **metrics):
   """`out` with some metrics replaced, its finiteness judged again as train_step does."""
-  new = training.StepResult(out, **metrics)
+  new = trainer_lib.StepResult(out, **metrics)
   new.step, new.attempted_step = trainer.step, out.attempted_step
-  new.non_finite = training.non_finite_metrics(new, trainer.loss_scaled)
+  new.non_finite = trainer_lib.non_finite_metrics(new, trainer.loss_scaled)
   return new
 
 
@@ -150,11 +153,11 @@ def _experiment(tiny, output_dir, train_step_hook, train_steps=6):
     variable.assign(value)
   real_step = Trainer.train_step.__get__(trainer)
   trainer.train_step = lambda iterator: train_step_hook(trainer, real_step(iterator))
-  run_dir.save_or_check_run_files(output_dir, trainer.hparams, "translate_from_files",
+  settings.save_or_check_run_files(output_dir, trainer.hparams, "translate_from_files",
                                   trainer.spec)
-  config = experiment.RunConfig(output_dir=output_dir, train_steps=train_steps,
+  config = schedules.RunConfig(output_dir=output_dir, train_steps=train_steps,
                                 local_eval_frequency=1)
-  return experiment.Experiment(trainer, config, pattern, None, log=lambda line: None)
+  return schedules.Experiment(trainer, config, pattern, None, log=lambda line: None)
 
 
 def test_a_nan_weight_after_a_finite_loss_stops_before_that_checkpoint(tiny, tmp_path):
@@ -209,7 +212,7 @@ def test_under_float16_loss_scaling_a_nan_gradient_norm_is_a_skipped_step(tiny, 
       "stop_reason"] == "train_steps"
   assert _steps(output_dir) == [1, 2, 3]
   # The loss is still checked there.
-  assert training.non_finite_metrics({"loss": float("inf"), "grad_norm": 1.0}, True)
+  assert trainer_lib.non_finite_metrics({"loss": float("inf"), "grad_norm": 1.0}, True)
 
 
 def test_a_nan_loss_of_a_skipped_update_names_the_step_it_attempted(tiny, tmp_path,
@@ -243,7 +246,7 @@ def nan_run(diverged, tmp_path_factory):
   directory = str(tmp_path_factory.mktemp("nan") / "run")
   shutil.copytree(diverged[1], directory)
   good = _steps(directory)[-1]
-  hparams, _, spec = run_dir.load_run_files(directory)
+  hparams, _, spec = settings.load_run_files(directory)
   trainer = Trainer(hparams, spec, create_strategy("one_device"))
   checkpoint = tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)
   checkpoint.restore(os.path.join(directory, f"ckpt-{good}")).assert_existing_objects_matched()
@@ -258,10 +261,10 @@ def test_resume_skips_a_nan_checkpoint_and_names_the_variable(nan_run, tmp_path)
   directory = str(tmp_path / "run")
   shutil.copytree(nan_run[0], directory)
   good = nan_run[1]
-  hparams, _, spec = run_dir.load_run_files(directory)
+  hparams, _, spec = settings.load_run_files(directory)
   lines = []
-  exp = experiment.Experiment(Trainer(hparams, spec, create_strategy("one_device")),
-                              experiment.RunConfig(output_dir=directory), None, None,
+  exp = schedules.Experiment(Trainer(hparams, spec, create_strategy("one_device")),
+                              schedules.RunConfig(output_dir=directory), None, None,
                               log=lines.append)
   assert exp.restore(repair=True) == good
   assert any(f"ckpt-{good + 1} has non-finite weights: {EMBEDDING} holds NaN" in line
@@ -273,7 +276,7 @@ def test_resume_skips_a_nan_checkpoint_and_names_the_variable(nan_run, tmp_path)
 def test_decoder_default_falls_back_to_the_newest_finite_checkpoint(nan_run):
   directory, good = nan_run
   warnings = []
-  *_, path = run_dir.load_trained_model(directory, log=warnings.append)
+  *_, path = model_factory.load_trained_model(directory, log=warnings.append)
   assert path == os.path.join(directory, f"ckpt-{good}")
   assert len(warnings) == 1 and f"{EMBEDDING} holds NaN" in warnings[0]
 
@@ -317,10 +320,10 @@ def test_averager_refuses_a_nan_checkpoint_naming_it_and_the_variable(nan_run, t
 def _other_run(root, run, **changes):
   """A run directory with the hparams of `run` but `changes`, and one (untrained)
   checkpoint ckpt-1."""
-  hparams, problem, spec = run_dir.load_run_files(run)
+  hparams, problem, spec = settings.load_run_files(run)
   hparams = hparams.replace(**changes)
-  run_dir.save_or_check_run_files(root, hparams, problem, spec)
-  tf.train.Checkpoint(model=run_dir.build_model(hparams, spec)).write(
+  settings.save_or_check_run_files(root, hparams, problem, spec)
+  tf.train.Checkpoint(model=model_factory.build_model(hparams, spec)).write(
       os.path.join(root, "ckpt-1"))
   return os.path.join(root, "ckpt-1")
 
@@ -343,16 +346,16 @@ def test_averaging_two_runs_of_one_shape_warns_once(diverged, tmp_path):
   output_dir = diverged[1]
   mine = os.path.join(output_dir, "ckpt-1")
   other = _other_run(str(tmp_path / "other"), output_dir, label_smoothing=0.2)
-  hparams, _, spec = run_dir.load_run_files(output_dir)
+  hparams, _, spec = settings.load_run_files(output_dir)
   lines = []
-  avg_checkpoints.average_checkpoints(run_dir.build_model(hparams, spec), [mine, other],
+  averaging.average_checkpoints(model_factory.build_model(hparams, spec), [mine, other],
                                       str(tmp_path / "avg" / "averaged.ckpt"), log=lines.append)
   assert len(lines) == 1 and lines[0].startswith("WARNING: averaging checkpoints of 2 "
                                                  "different runs")
   assert output_dir in lines[0] and str(tmp_path / "other") in lines[0]
   assert "differ in label_smoothing" in lines[0]
   lines.clear()  # two checkpoints of one run: no warning
-  avg_checkpoints.average_checkpoints(run_dir.build_model(hparams, spec),
+  averaging.average_checkpoints(model_factory.build_model(hparams, spec),
                                       [mine, os.path.join(output_dir, "ckpt-2")],
                                       str(tmp_path / "avg" / "one_run.ckpt"), log=lines.append)
   assert lines == []

@@ -21,11 +21,13 @@ import time
 import pytest
 import tensorflow as tf
 
-from tests.support.tiny_problem import make_tiny_problem
-from t2t_keras import errors, experiment, inputs, run_dir
+from t2t_keras import errors
 from t2t_keras.hparams import create_hparams
-from t2t_keras.run_dir import ModelSpec
-from t2t_keras.training import Trainer, create_strategy
+from t2t_keras.rundir import settings
+from t2t_keras.rundir.settings import ModelSpec
+from t2t_keras.training import inputs, schedules
+from t2t_keras.training.trainer import Trainer, create_strategy
+from tests.support.tiny_problem import make_tiny_problem
 
 REPO = str(pathlib.Path(__file__).resolve().parent.parent)
 BIN = pathlib.Path(sys.executable).parent
@@ -92,10 +94,10 @@ def test_evaluation_split_with_every_example_dropped_is_an_error(data_dir, tmp_p
   hp = create_hparams("transformer_tiny", HP + ",max_length=1,eval_drop_long_sequences=true")
   spec = ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
   output_dir = str(tmp_path / "run")
-  run_dir.save_or_check_run_files(output_dir, hp, PROBLEM, spec)
+  settings.save_or_check_run_files(output_dir, hp, PROBLEM, spec)
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=5)
-  config = experiment.RunConfig(output_dir=output_dir, train_steps=5)
-  exp = experiment.Experiment(trainer, config, problem.filepattern(data_dir, "train"),
+  config = schedules.RunConfig(output_dir=output_dir, train_steps=5)
+  exp = schedules.Experiment(trainer, config, problem.filepattern(data_dir, "train"),
                               problem.filepattern(data_dir, "dev"), log=lambda line: None)
   with pytest.raises(errors.RunError) as e:
     exp.run("evaluate")

@@ -22,13 +22,15 @@ import sys
 import pytest
 import tensorflow as tf
 
+from t2t_keras import checkpoints, errors
+from t2t_keras.hparams import create_hparams
+from t2t_keras.rundir import lock, settings
+from t2t_keras.rundir.settings import ModelSpec
+from t2t_keras.training import schedules as experiment
+from t2t_keras.training.trainer import Trainer, create_strategy
 from tests.support.env import ENV
 from tests.support.tiny_problem import ONE_LAYER, make_tiny_problem
 from tests.support.trainer_process import SLOW_TRAINER, wait_for
-from t2t_keras import checkpoints, errors, experiment, run_dir, run_lock
-from t2t_keras.hparams import create_hparams
-from t2t_keras.run_dir import ModelSpec
-from t2t_keras.training import Trainer, create_strategy
 
 TRAINER = [sys.executable, "-m", "t2t_keras.cli.trainer"]
 
@@ -165,14 +167,14 @@ def test_a_second_trainer_fails_fast_and_a_killed_trainers_lock_is_taken_over(ti
     first.wait(timeout=60)
   assert tf.train.latest_checkpoint(output_dir) == os.path.join(output_dir, f"ckpt-{latest}")
   # The kernel released the SIGKILLed trainer's flock; its record in the file remains.
-  assert f'"pid": {first.pid},' in (tmp_path / "run" / run_lock.LOCK_NAME).read_text()
+  assert f'"pid": {first.pid},' in (tmp_path / "run" / lock.LOCK_NAME).read_text()
   lines = []
-  with run_lock.RunLock(output_dir, log=lines.append):
-    assert lines == [f"WARNING: took over the lock {output_dir}/{run_lock.LOCK_NAME} left by "
+  with lock.RunLock(output_dir, log=lines.append):
+    assert lines == [f"WARNING: took over the lock {output_dir}/{lock.LOCK_NAME} left by "
                      f"a trainer that is gone (host {socket.gethostname()}, PID {first.pid}, "
                      f"started {started})."]
-    assert f'"pid": {os.getpid()},' in (tmp_path / "run" / run_lock.LOCK_NAME).read_text()
-  assert os.path.getsize(os.path.join(output_dir, run_lock.LOCK_NAME)) == 0  # released
+    assert f'"pid": {os.getpid()},' in (tmp_path / "run" / lock.LOCK_NAME).read_text()
+  assert os.path.getsize(os.path.join(output_dir, lock.LOCK_NAME)) == 0  # released
 
 
 def _error_lines(stderr):
@@ -186,17 +188,17 @@ def _bytes_and_time(path):
 
 def _started(output_dir):
   import json
-  with open(os.path.join(output_dir, run_lock.LOCK_NAME)) as f:
+  with open(os.path.join(output_dir, lock.LOCK_NAME)) as f:
     return json.load(f)["started"]
 
 
 def test_a_held_lock_is_refused_and_a_clean_release_leaves_no_holder(tmp_path):
   lines = []
-  with run_lock.RunLock(str(tmp_path), log=lines.append):
+  with lock.RunLock(str(tmp_path), log=lines.append):
     with pytest.raises(errors.RunError, match=f"PID {os.getpid()}, started"):
-      run_lock.RunLock(str(tmp_path)).acquire()  # another open file description: refused
-  assert lines == [] and os.path.getsize(tmp_path / run_lock.LOCK_NAME) == 0
-  with run_lock.RunLock(str(tmp_path), log=lines.append):  # a clean release: no warning
+      lock.RunLock(str(tmp_path)).acquire()  # another open file description: refused
+  assert lines == [] and os.path.getsize(tmp_path / lock.LOCK_NAME) == 0
+  with lock.RunLock(str(tmp_path), log=lines.append):  # a clean release: no warning
     pass
   assert lines == []
 
@@ -212,7 +214,7 @@ def _limit_file_size(limit):
 
 def test_file_size_limit_in_a_save_exits_4_and_keeps_the_last_good_checkpoint(tiny, tmp_path):
   output_dir = str(tmp_path / "run")
-  run_dir.save_or_check_run_files(output_dir, tiny.hp, "translate_from_files", tiny.spec)
+  settings.save_or_check_run_files(output_dir, tiny.hp, "translate_from_files", tiny.spec)
   trainer = tiny.trainer()
   tiny.experiment(output_dir, 2, trainer, []).train()
   data = os.path.getsize(os.path.join(output_dir, "ckpt-2.data-00000-of-00001"))

@@ -15,7 +15,8 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the TF-Text ops the SavedModel uses)
 
 from data_gen import graph_text_encoder, text_encoder, tokenizer
-from t2t_keras import decode_text, decoding, export
+from t2t_keras.decoding import seq2seq, text_decoder
+from t2t_keras.export import saved_model
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from tests.support import stub_decoding
 
@@ -36,15 +37,15 @@ def served(tmp_path_factory):
   try:
     vocab = stub_decoding.build_vocab(str(root / "vocab.subwords"))
     os.chmod(vocab.filename, 0o600)  # as older datagen wrote it (mkstemp)
-    mp.setattr(decoding, "decode_ids",
+    mp.setattr(seq2seq, "decode_ids",
                stub_decoding.make_stub(stub_decoding.forced_escape_ids(vocab)))
     hp, decode_hp = create_hparams("transformer_tiny"), create_decode_hparams("beam_size=1")
     export_dir = str(root / "export")
     temps = _seed_temp_exports(export_dir, live.pid)
-    version = export.export_saved_model(stub_decoding.NoModel(), hp, decode_hp,
+    version = saved_model.export_saved_model(stub_decoding.NoModel(), hp, decode_hp,
                                         {"inputs": vocab.filename, "targets": vocab.filename},
                                         export_dir, {"inputs": vocab, "targets": vocab})
-    decoder = decode_text.TextDecoder(stub_decoding.NoModel(),
+    decoder = text_decoder.TextDecoder(stub_decoding.NoModel(),
                                       {"inputs": vocab, "targets": vocab}, decode_hp,
                                       log=lambda line: None)
     yield dict(loaded=tf.saved_model.load(version), decoder=decoder, vocab=vocab,
@@ -107,7 +108,7 @@ def test_decoder_and_saved_model_agree_on_nasty_inputs(served):
       assert out == "" and score == 0.0, repr(line)
     else:
       assert out.startswith("Haus Katze ") and "\n" not in out and "\t" not in out
-      assert out[len("Haus Katze "):] == decode_text.clean_output(served["vocab"].decode(
+      assert out[len("Haus Katze "):] == text_decoder.clean_output(served["vocab"].decode(
           served["vocab"].encode(tokenizer.normalize_input(line))))
 
 
@@ -121,7 +122,7 @@ def test_invalid_utf8_row_does_not_fail_the_batch(served):
   want, _, _ = _serve(served["loaded"], good)
   for row in range(64):
     if row in bad:
-      assert out[row] == "" and scores[row] == 0.0 and errors[row] == export.INVALID_UTF8_ERROR
+      assert out[row] == "" and scores[row] == 0.0 and errors[row] == saved_model.INVALID_UTF8_ERROR
     else:
       assert out[row] == want[row] and errors[row] == ""
 
@@ -130,7 +131,7 @@ def test_rank_2_input_is_a_clear_error(served):
   error = tf.errors.InvalidArgumentError
   with pytest.raises(error, match=r"signature input inputs must be a \[batch\] vector"):
     served["loaded"].signatures["serving_default"](inputs=tf.constant([["der Hund", "rot"]]))
-  example = export.make_example([5, 1])
+  example = saved_model.make_example([5, 1])
   with pytest.raises(error, match=r"signature input input must be a \[batch\] vector"):
     served["loaded"].signatures["serialized_example"](input=tf.constant([[example]]))
   out = served["loaded"].signatures["serialized_example"](input=tf.constant([example]))
@@ -162,4 +163,4 @@ def test_interrupted_exports_are_cleaned_up(served):
   left = sorted(n for n in os.listdir(served["export_dir"])
                 if n.startswith((".tmp-export-", ".export")))
   assert left == sorted(n for n, kept in served["temps"].items() if kept)
-  assert export.existing_versions(served["export_dir"]) == [1]
+  assert saved_model.existing_versions(served["export_dir"]) == [1]

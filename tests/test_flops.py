@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_keras import flops, losses
 from t2t_keras.hparams import create_hparams
 from t2t_keras.model import Transformer
+from t2t_keras.perf import flops
+from t2t_keras.training import losses
 
 BATCH, INPUT_LENGTH, TARGET_LENGTH, VOCAB = 2, 5, 7, 13
 

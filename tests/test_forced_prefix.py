@@ -7,11 +7,10 @@ import pytest
 import tensorflow as tf
 
 import t2t_keras
-from t2t_keras import beam_search, decoding
+from t2t_keras.decoding import beam_search, seq2seq
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from t2t_keras.model import Transformer
-from tests.support import near_ties
-from tests.support import t2t_numpy_decoding as t2t
+from tests.support import near_ties, t2t_numpy_decoding as t2t
 from tests.support.cli import run_cli
 from tests.support.tolerances import SCORE_EPS
 
@@ -42,7 +41,7 @@ def test_prefix_decodes_as_the_port_with_the_prefix_forced(model, beam):
   extra, alpha = 5, 0.6
   dhp = create_decode_hparams(f"beam_size={beam},alpha={alpha},extra_length={extra},"
                               "return_beams=true")
-  fn = decoding.make_decode_fn(model, dhp, with_prefix=True)
+  fn = seq2seq.make_decode_fn(model, dhp, with_prefix=True)
   ids, scores = [t.numpy() for t in fn(tf.constant(_padded(INPUTS)),
                                        tf.constant(_padded(PREFIXES)))]
   ties = 0
@@ -72,8 +71,8 @@ def test_the_prefix_changes_the_decode(model):
   """Not vacuous: the forced decodes differ from the free ones, which do not start so."""
   dhp = create_decode_hparams("beam_size=4,alpha=0.6,extra_length=5")
   x = tf.constant(_padded(INPUTS))
-  free = decoding.make_decode_fn(model, dhp)(x)[0].numpy()
-  forced = decoding.make_decode_fn(model, dhp, with_prefix=True)(
+  free = seq2seq.make_decode_fn(model, dhp)(x)[0].numpy()
+  forced = seq2seq.make_decode_fn(model, dhp, with_prefix=True)(
       x, tf.constant(_padded(PREFIXES)))[0].numpy()
   for i, prefix in enumerate(PREFIXES):
     if prefix:
@@ -87,8 +86,8 @@ def test_the_prefix_changes_the_decode(model):
 def test_an_empty_prefix_decodes_bit_for_bit_as_without(model, decode_hp):
   dhp = create_decode_hparams(decode_hp)
   x = tf.constant(_padded(INPUTS))
-  free = decoding.make_decode_fn(model, dhp)(x)
-  empty = decoding.make_decode_fn(model, dhp, with_prefix=True)(
+  free = seq2seq.make_decode_fn(model, dhp)(x)
+  empty = seq2seq.make_decode_fn(model, dhp, with_prefix=True)(
       x, tf.constant(np.zeros([len(INPUTS), 2], np.int32)))
   # Exact on every CPU: one process and model, the same shapes and kernels (the
   # buffer length is unchanged: 2 + 1 <= input + extra); inside the search the
@@ -104,7 +103,7 @@ def test_prefix_scores_count_the_prefix_as_scoring_does(model):
   prefix = tf.constant(_padded(PREFIXES))
   for decode_hp in ("beam_size=1,extra_length=5", "beam_size=4,alpha=0.6,extra_length=5"):
     dhp = create_decode_hparams(decode_hp)
-    ids, scores = [t.numpy() for t in decoding.make_decode_fn(model, dhp, with_prefix=True)(
+    ids, scores = [t.numpy() for t in seq2seq.make_decode_fn(model, dhp, with_prefix=True)(
         x, prefix)]
     for i in range(len(INPUTS)):
       out = list(ids[i][:np.count_nonzero(ids[i])])
@@ -113,7 +112,7 @@ def test_prefix_scores_count_the_prefix_as_scoring_does(model):
       else:
         penalty = 1.0 if dhp.beam_size == 1 else beam_search.length_penalty(
             len(out), dhp.alpha).numpy()
-      logp = decoding.score_targets(model, x[i:i + 1], tf.constant([out])).numpy()[0]
+      logp = seq2seq.score_targets(model, x[i:i + 1], tf.constant([out])).numpy()[0]
       assert scores[i] * penalty == pytest.approx(logp, abs=SCORE_EPS), (decode_hp, i, out)
 
 

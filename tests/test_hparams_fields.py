@@ -28,10 +28,11 @@ import pytest
 import tensorflow as tf
 
 from data_gen import file_io
-from t2t_keras import decode_text, inputs
+from t2t_keras.decoding import text_decoder
 from t2t_keras.hparams import DecodeHParams, HParams, create_hparams
 from t2t_keras.model import Transformer
-from t2t_keras.run_dir import ModelSpec
+from t2t_keras.rundir.settings import ModelSpec
+from t2t_keras.training import inputs
 from tests.support.step_utils import one_step
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,20 +65,20 @@ ALLOW_LIST = {
         # T2T split the embedding into `weights_<i>` shards: a checkpoint layout
         # only. The importer concatenates the shards it finds; its tests write
         # checkpoints sharded by this field (the writer is in tests/support).
-        "symbol_modality_num_shards": ("t2t_keras/t2t_import.py", "weights_",
+        "symbol_modality_num_shards": ("t2t_keras/t2t_import/importer.py", "weights_",
                                        "tests/support/t2t_checkpoint.py",
                                        "names T2T checkpoint variables only"),
         # Tested in test_training against the NumPy port of T2T's MultistepAdam (derived bound).
         "optimizer_multistep_accumulate_steps": (
-            "t2t_keras/training.py", "hparams.optimizer_multistep_accumulate_steps",
+            "t2t_keras/training/trainer.py", "hparams.optimizer_multistep_accumulate_steps",
             "tests/test_training.py", "needs a compiled multi-batch step"),
         # Selects the trainer's mixed-precision policy (precision.mode_for); the
         # policy's effect on a training step is tested in test_mixed_precision_training.
-        "activation_dtype": ("t2t_keras/run_training.py", "hp.activation_dtype",
+        "activation_dtype": ("t2t_keras/training/runner.py", "hp.activation_dtype",
                              "tests/test_t2t_hparams_sets.py",
                              "a process-wide Keras policy, set by t2t_keras.train"),
         # Shuffling order of training batches (seeded shuffle buffer size).
-        "batch_shuffle_size": ("t2t_keras/inputs.py", "batch_shuffle_size",
+        "batch_shuffle_size": ("t2t_keras/training/inputs.py", "batch_shuffle_size",
                                "tests/test_inputs.py",
                                "changes only the random order of training batches"),
     },
@@ -87,7 +88,7 @@ ALLOW_LIST = {
                         "tests/test_hparams_fields.py", "read by the decoder CLI only"),
         # The random model here attends uniformly: a model whose attention is set by
         # hand shows what each changes (tests/test_alignment_output.py).
-        **{name: ("t2t_keras/decode_text.py", f"hp.{name}", "tests/test_alignment_output.py",
+        **{name: ("t2t_keras/decoding/text_decoder.py", f"hp.{name}", "tests/test_alignment_output.py",
                   "needs attention that differs between layers, heads and subwords")
            for name in ("alignment_level", "alignment_layer", "alignment_heads")},
     },
@@ -133,7 +134,7 @@ def observe_model_training(hp: HParams, _decode_hp=None):
 
 
 def observe_schedule(hp: HParams, _decode_hp=None):
-  from t2t_keras.optimization import T2TLearningRateSchedule
+  from t2t_keras.training.optimization import T2TLearningRateSchedule
   schedule = T2TLearningRateSchedule(hp, train_steps=2000)
   return [float(schedule(step)) for step in (0, 1, 10, 60, 100, 150, 400, 1000, 1999)]
 
@@ -145,7 +146,7 @@ def _training_batches(count):
 
 
 def _trainer(hp: HParams):
-  from t2t_keras.training import Trainer, create_strategy
+  from t2t_keras.training.trainer import Trainer, create_strategy
   tf.keras.utils.set_random_seed(0)
   return Trainer(hp, SPEC, create_strategy("one_device"), train_steps=100)
 
@@ -203,7 +204,7 @@ def observe_decoding(hp: HParams, decode_hp: DecodeHParams, path=None, eos_like=
     model.set_weights(_MODELS[hp].get_weights())
     model.softmax.weights_var[1].assign(model.softmax.weights_var[eos_like])
   logs, calls = [], []
-  decoder = decode_text.TextDecoder(model, {"inputs": _encoder(), "targets": _encoder()},
+  decoder = text_decoder.TextDecoder(model, {"inputs": _encoder(), "targets": _encoder()},
                                     decode_hp, log=logs.append)
   make_decode_fn = decoder.decode_fn
 
@@ -471,16 +472,16 @@ def test_adam_fields_give_tf1_adam_over_three_updates():
   """Three updates with non-default beta1, beta2, epsilon equal TF1's Adam (NumPy port
   of T2T's optimizer) fed the gradient of T2T's loss at its own weights; the same
   reference with any one of the three at its default is far off."""
-  from t2t_keras import run_dir
-  from tests.support.t2t_numpy_training import Tf1Adam
+  from t2t_keras.rundir import model_factory
   from tests.support.step_utils import t2t_loss_grads
+  from tests.support.t2t_numpy_training import Tf1Adam
   fields = {"optimizer_adam_beta1": 0.7, "optimizer_adam_beta2": 0.9,
             "optimizer_adam_epsilon": 1e-3}
   lr = 0.01
   hp = create_hparams("transformer_tiny", f"{TINY},{NO_DROPOUT},learning_rate_schedule="
                       f"constant,learning_rate_constant={lr}").replace(**fields)
   trainer = _trainer(hp)
-  oracle = run_dir.build_model(hp, SPEC)
+  oracle = model_factory.build_model(hp, SPEC)
   start = _weights(trainer.model)
   batches = _training_batches(3)
   _train(trainer, batches)
@@ -513,8 +514,7 @@ def test_weight_decay_adds_wd_times_v_to_the_gradient_t2t_decays():
   wd * v on every variable T2T's `optimize.weight_decay` decays (all but 1-D
   variables whose T2T name ends with "bias"), and of the loss gradient alone on
   the others. Linear Adam (epsilon 10) reveals the gradient exactly."""
-  from tests.support.step_utils import LINEAR_ADAM
-  from tests.support.step_utils import t2t_decayed
+  from tests.support.step_utils import LINEAR_ADAM, t2t_decayed
   wd = 0.5
   hp = create_hparams("transformer_tiny", f"{TINY},{LINEAR_ADAM}")
   lr, eps = hp.learning_rate_constant, hp.optimizer_adam_epsilon
@@ -594,7 +594,7 @@ def test_reported_loss_is_t2t_smoothing_cross_entropy(label_smoothing):
 def _untrained_run(tmp_path):
   """(data_dir, run_dir) of a tiny problem and an untrained model's run."""
   from data_gen import registry
-  from t2t_keras.run_dir import save_or_check_run_files, vocab_record
+  from t2t_keras.rundir.settings import save_or_check_run_files, vocab_record
   from tests.support.tiny_problem import make_tiny_problem
   data_dir = make_tiny_problem(str(tmp_path), train=100, dev=6)
   problem = registry.problem("translate_from_files", data_dir)

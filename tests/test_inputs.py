@@ -1,4 +1,4 @@
-"""Tests for t2t_keras/inputs.py: T2T length bucketing and the tf.data pipeline."""
+"""Tests for t2t_keras/training/inputs.py: T2T length bucketing and the tf.data pipeline."""
 
 import collections
 import types
@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from data_gen import generator_utils as gu
-from t2t_keras import inputs
+from t2t_keras.training import inputs
 
 # Reference §4.4: the 41 boundaries of _bucket_boundaries(256).
 T2T_BOUNDARIES_256 = [8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 24, 26, 28, 30, 33,

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_keras import decoding
+from t2t_keras.decoding import seq2seq
 from t2t_keras.hparams import DecodeHParams, create_hparams
 from t2t_keras.model import Transformer
 from tests.support import near_ties
@@ -77,7 +77,7 @@ def _features(model, seed=0):
 
 
 def _greedy(model, inputs):
-  ids, scores = decoding.make_decode_fn(model, GREEDY)(tf.constant(inputs))
+  ids, scores = seq2seq.make_decode_fn(model, GREEDY)(tf.constant(inputs))
   return ids.numpy(), scores.numpy()
 
 

@@ -14,8 +14,9 @@ import tensorflow as tf
 
 from data_gen import registry
 from data_gen.text_encoder import EOS_ID
-from t2t_keras import lm_decoding, run_dir
+from t2t_keras.decoding import lm
 from t2t_keras.lm_model import TransformerLM
+from t2t_keras.rundir import model_factory
 from tests.support.cli import run_cli_output, run_datagen_in_process
 
 NAME = "languagemodel_from_files"
@@ -100,17 +101,17 @@ def test_datagen_trainer_and_the_trained_language_model(tmp_path, capsys):
   with open(output_dir / "run.json") as f:
     assert json.load(f)["has_inputs"] is False
 
-  model, _, _, spec, _ = run_dir.load_trained_model(str(output_dir))
+  model, _, _, spec, _ = model_factory.load_trained_model(str(output_dir))
   assert isinstance(model, TransformerLM) and not spec.has_inputs
   rng = random.Random(5)
   good = [sentence(rng) for _ in range(8)]
   shuffled = [" ".join(random.Random(i).sample(s.split(), 7)) for i, s in enumerate(good)]
-  good_scores = lm_decoding.score_texts(model, encoder, good)
-  assert np.mean(good_scores) > np.mean(lm_decoding.score_texts(model, encoder, shuffled))
+  good_scores = lm.score_texts(model, encoder, good)
+  assert np.mean(good_scores) > np.mean(lm.score_texts(model, encoder, shuffled))
   # Perplexity of the dev text is exp(-log P / tokens), the evaluation's figure.
-  dev_scores = lm_decoding.score_texts(model, encoder, lines)
+  dev_scores = lm.score_texts(model, encoder, lines)
   assert math.isclose(math.exp(-sum(dev_scores) / tokens), last, rel_tol=1e-3)
-  (text, continuation), = lm_decoding.sample_texts(model, encoder, ["the big"],
+  (text, continuation), = lm.sample_texts(model, encoder, ["the big"],
                                                    max_new_tokens=20, temperature=0.0)
   assert continuation.ended and text.split()[0] in NOUNS, text
   # The translation commands refuse the language model in one line, naming the API.

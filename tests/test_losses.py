@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from t2t_keras import losses
+from t2t_keras.training import losses
 
 
 def _numpy_reference(logits, labels, ls):

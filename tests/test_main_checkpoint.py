@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_keras import decoding, experiment, run_dir
+from t2t_keras.decoding import seq2seq
 from t2t_keras.hparams import DecodeHParams
-from t2t_keras.training import Trainer, create_strategy
+from t2t_keras.rundir import model_factory
+from t2t_keras.training import schedules
+from t2t_keras.training.trainer import Trainer, create_strategy
 from tests.support import near_ties
 from tests.support.tolerances import SCORE_EPS
 
@@ -37,7 +39,7 @@ def expected():
 
 @pytest.fixture(scope="module")
 def loaded():
-  return run_dir.load_trained_model(os.path.join(DATA, "run"))
+  return model_factory.load_trained_model(os.path.join(DATA, "run"))
 
 
 def test_logits_match_the_writing_commit(loaded, expected):
@@ -51,7 +53,7 @@ def test_logits_match_the_writing_commit(loaded, expected):
 def test_beam_search_matches_the_writing_commit(loaded, expected):
   model = loaded[0]
   decode_hp = DecodeHParams(beam_size=2, alpha=0.6, extra_length=4)
-  ids, scores = decoding.make_decode_fn(model, decode_hp)(
+  ids, scores = seq2seq.make_decode_fn(model, decode_hp)(
       tf.constant(expected["inputs"]))
   # The stored decode ran on the writer's CPU, whose kernels may round otherwise. Both
   # are the cached float32 decode, within SCORE_EPS (1e-4, tests/test_decoding.py) of
@@ -71,8 +73,8 @@ def test_beam_search_matches_the_writing_commit(loaded, expected):
 def test_todays_checkpoints_have_the_same_variable_names(loaded, written, tmp_path):
   _, hp, _, spec, _ = loaded
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=written["steps"])
-  config = experiment.RunConfig(output_dir=str(tmp_path), train_steps=1)
-  exp = experiment.Experiment(trainer, config, None, None, log=lambda line: None)
+  config = schedules.RunConfig(output_dir=str(tmp_path), train_steps=1)
+  exp = schedules.Experiment(trainer, config, None, None, log=lambda line: None)
   exp.save()
   names = sorted(name for name, _ in tf.train.list_variables(str(tmp_path)))
   assert names == written["variables"]
@@ -83,8 +85,8 @@ def test_resumes_from_the_old_checkpoint_at_its_step(loaded, written, tmp_path):
   shutil.copytree(os.path.join(DATA, "run"), run)
   _, hp, _, spec, _ = loaded
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=written["steps"])
-  config = experiment.RunConfig(output_dir=str(run), train_steps=written["steps"])
-  exp = experiment.Experiment(trainer, config, None, None, log=lambda line: None)
+  config = schedules.RunConfig(output_dir=str(run), train_steps=written["steps"])
+  exp = schedules.Experiment(trainer, config, None, None, log=lambda line: None)
   assert exp.restore() == written["steps"]
   # Written back by today's code, every model weight and Adam slot holds the value the
   # old commit saved under the same key.

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from t2t_keras import metrics
+from t2t_keras.training import metrics
 
 
 def test_metric_sums_and_finalize_by_hand():

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support.step_utils import batches, concat, one_step
-from t2t_keras import experiment, precision
 from t2t_keras.hparams import create_hparams
-from t2t_keras.run_dir import ModelSpec
-from t2t_keras.training import Trainer, create_strategy
+from t2t_keras.perf import precision
+from t2t_keras.rundir.settings import ModelSpec
+from t2t_keras.training import schedules
+from t2t_keras.training.trainer import Trainer, create_strategy
+from tests.support.step_utils import batches, concat, one_step
 
 SPEC = ModelSpec(40, 40, 3)
 LR = 1e-3
@@ -167,11 +168,11 @@ def test_float16_overflow_is_skipped_and_the_loss_scale_is_checkpointed(policy_r
   assert float(opt.dynamic_scale.numpy()) == huge / 2
   assert int(opt.step_counter.numpy()) == 0
 
-  config = experiment.RunConfig(output_dir=str(tmp_path), train_steps=10)
-  experiment.Experiment(trainer, config, None, None, log=lambda line: None).save()
+  config = schedules.RunConfig(output_dir=str(tmp_path), train_steps=10)
+  schedules.Experiment(trainer, config, None, None, log=lambda line: None).save()
   restored = _trainer()
   assert float(restored.optimizer.dynamic_scale.numpy()) == 2.0 ** 15  # Keras' initial scale
-  experiment.Experiment(restored, config, None, None, log=lambda line: None).restore()
+  schedules.Experiment(restored, config, None, None, log=lambda line: None).restore()
   assert float(restored.optimizer.dynamic_scale.numpy()) == huge / 2
   for a, b in zip(after[0] + after[1], _state(restored)[0] + _state(restored)[1]):
     np.testing.assert_array_equal(a, b)
@@ -195,7 +196,8 @@ def test_allow_tf32_sets_tensorflows_switch_and_unset_keeps_it():
   """--allow_tf32 (`precision.set_tf32`): false gives exact float32 matmuls on GPUs
   with TensorFloat-32 (T2T's float32), true allows TF32, unset keeps TensorFlow's."""
   import tensorflow as tf
-  from t2t_keras import precision
+
+  from t2t_keras.perf import precision
   before = tf.config.experimental.tensor_float_32_execution_enabled()
   try:
     precision.set_tf32(False)

@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
+from t2t_keras.hparams import create_hparams
+from t2t_keras.training.trainer import Trainer, create_strategy
 from tests.support.env import ENV, REPO, free_ports
 from tests.support.step_utils import (LINEAR_ADAM, SPEC, assert_same_training, batches, concat,
                                       run_steps, split_rows)
-from t2t_keras.hparams import create_hparams
-from t2t_keras.training import Trainer, create_strategy
 
 SCRIPT = os.path.join(REPO, "tests", "scripts", "multi_worker_steps.py")
 STEPS = 20  # the batches cycle through 4 shapes (XLA compiles each on each worker)

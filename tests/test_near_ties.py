@@ -12,8 +12,7 @@ differences do happen (the check is not vacuous).
 import numpy as np
 import pytest
 
-from tests.support import near_ties
-from tests.support import t2t_numpy_decoding as t2t
+from tests.support import near_ties, t2t_numpy_decoding as t2t
 from tests.support.tolerances import SCORE_EPS
 
 EOS = t2t.EOS_ID
@@ -98,8 +97,10 @@ def test_model_margins_follow_the_decoders_search():
   each sentence's own cap) runs T2T's search to the decoder's own top beam, and its
   margin is what a forced difference is judged by."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from t2t_keras import decoding  # pylint: disable=g-import-not-at-top
-  from t2t_keras.hparams import create_decode_hparams, create_hparams  # pylint: disable=g-import-not-at-top
+
+  from t2t_keras.decoding import seq2seq  # pylint: disable=g-import-not-at-top
+  from t2t_keras.hparams import (create_decode_hparams,  # pylint: disable=g-import-not-at-top
+                                 create_hparams)
   from t2t_keras.model import Transformer  # pylint: disable=g-import-not-at-top
   tf.keras.utils.set_random_seed(1)
   model = Transformer(create_hparams("transformer_tiny", "num_hidden_layers=1"), 30,
@@ -108,7 +109,7 @@ def test_model_margins_follow_the_decoders_search():
   rows = np.array([[5, 7, 9, 1], [4, 1, 0, 0]], np.int32)
   for beam in (1, 3):
     dhp = create_decode_hparams(f"beam_size={beam},extra_length=3")
-    ids = decoding.make_decode_fn(model, dhp)(tf.constant(rows))[0].numpy()
+    ids = seq2seq.make_decode_fn(model, dhp)(tf.constant(rows))[0].numpy()
     margin_of = near_ties.model_margin_of(model, rows, beam, dhp.alpha, 3, 30)
     for i, n in enumerate((4, 2)):
       fn = near_ties.full_pass_logits_fn(model, rows[i, :n])

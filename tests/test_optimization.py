@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from t2t_keras.hparams import create_hparams
-from t2t_keras.optimization import FusedAdam, T2TLearningRateSchedule, create_optimizer
+from t2t_keras.training.optimization import FusedAdam, T2TLearningRateSchedule, create_optimizer
 
 
 def test_paper_schedule_at_4000_for_d512():
@@ -221,7 +221,7 @@ def test_adam_from_hparams():
 
 
 def test_trainer_optimizer_shares_the_schedule_and_skips_the_replica_sum():
-  from t2t_keras.optimization import ReducedAdam
+  from t2t_keras.training.optimization import ReducedAdam
   hp = create_hparams("transformer_tiny", "clip_grad_norm=2.0")
   schedule = T2TLearningRateSchedule(hp, train_steps=10)
   opt = create_optimizer(hp, schedule=schedule, all_reduced=True)
@@ -273,7 +273,7 @@ def test_a_run_ending_inside_the_warmup_is_warned_of_with_the_rate_it_reached():
   """transformer_tiny warms up linearly over 8000 steps (rate ~ s / 8000 before):
   50 steps end at 50 / 8000 = 0.625% of the peak; the legacy noam schedule rises as
   (s + 1) / warmup. Schedules without a rising warmup, and runs past it, say nothing."""
-  from t2t_keras.optimization import unfinished_warmup
+  from t2t_keras.training.optimization import unfinished_warmup
   tiny = create_hparams("transformer_tiny")
   assert tiny.learning_rate_warmup_steps == 8000
   line = unfinished_warmup(tiny, 50)

@@ -3,7 +3,7 @@
 import pytest
 
 from data_gen import file_io
-from t2t_keras import decode_text, decoding
+from t2t_keras.decoding import seq2seq, text_decoder
 from t2t_keras.hparams import create_decode_hparams
 from tests.support import stub_decoding
 
@@ -17,10 +17,10 @@ def vocab(tmp_path_factory):
 
 
 def _decoder(vocab, monkeypatch, overrides):
-  monkeypatch.setattr(decoding, "decode_ids",
+  monkeypatch.setattr(seq2seq, "decode_ids",
                       stub_decoding.make_stub(stub_decoding.forced_escape_ids(vocab)))
   logged = []
-  decoder = decode_text.TextDecoder(stub_decoding.NoModel(),
+  decoder = text_decoder.TextDecoder(stub_decoding.NoModel(),
                                     {"inputs": vocab, "targets": vocab},
                                     create_decode_hparams(overrides), log=logged.append)
   return decoder, logged
@@ -65,8 +65,8 @@ def test_return_beams_columns_stay_intact(vocab, monkeypatch, tmp_path):
 def test_clean_output_covers_every_line_break():
   # Everything str.splitlines splits at, plus tab; nothing else changes.
   breaks = [chr(c) for c in range(0x110000) if len(("a" + chr(c) + "b").splitlines()) > 1]
-  assert sorted(decode_text.OUTPUT_BREAKS) == sorted(breaks + ["\t"])
+  assert sorted(text_decoder.OUTPUT_BREAKS) == sorted(breaks + ["\t"])
   text = "a" + "b".join(breaks) + "\tz\u00a0é"
-  cleaned = decode_text.clean_output(text)
+  cleaned = text_decoder.clean_output(text)
   assert len(cleaned.splitlines()) == 1 and "\t" not in cleaned
   assert cleaned == "a" + "b".join(" " * len(breaks)) + " z\u00a0é"

@@ -19,7 +19,8 @@ import pytest
 import tensorflow as tf
 
 from data_gen import file_io
-from t2t_keras import errors, run_dir
+from t2t_keras import errors
+from t2t_keras.rundir import model_factory, settings
 from tests.support.cli import run_cli_output
 from tests.support.tiny_problem import make_tiny_problem
 
@@ -190,11 +191,11 @@ def averaged_run(tmp_path):
   """A run directory with hparams.json, run.json and two untrained checkpoints."""
   from t2t_keras.hparams import create_hparams
   hp = create_hparams("transformer_tiny", "num_hidden_layers=1,hidden_size=16,filter_size=32")
-  spec = run_dir.ModelSpec(40, 40)
+  spec = settings.ModelSpec(40, 40)
   output_dir = str(tmp_path / "run")
-  run_dir.save_or_check_run_files(output_dir, hp, "translate_from_files", spec)
+  settings.save_or_check_run_files(output_dir, hp, "translate_from_files", spec)
   for step in (1, 2):
-    tf.train.Checkpoint(model=run_dir.build_model(hp, spec)).write(
+    tf.train.Checkpoint(model=model_factory.build_model(hp, spec)).write(
         os.path.join(output_dir, f"ckpt-{step}"))
   return output_dir
 
@@ -236,14 +237,14 @@ def decode_run(tmp_path_factory):
   data_dir = make_tiny_problem(root, train=100, dev=4)
   problem = registry.problem("translate_from_files", data_dir)
   encoders = problem.feature_encoders(data_dir)
-  spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size, 0)
+  spec = settings.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size, 0)
   hp = create_hparams("transformer_tiny",
                       "num_hidden_layers=1,hidden_size=16,filter_size=32,num_heads=2")
   output_dir = os.path.join(root, "run")
-  run_dir.save_or_check_run_files(output_dir, hp, "translate_from_files", spec,
-                                  run_dir.vocab_record(problem, data_dir, encoders))
+  settings.save_or_check_run_files(output_dir, hp, "translate_from_files", spec,
+                                  settings.vocab_record(problem, data_dir, encoders))
   tf.keras.utils.set_random_seed(0)
-  tf.train.CheckpointManager(tf.train.Checkpoint(model=run_dir.build_model(hp, spec)),
+  tf.train.CheckpointManager(tf.train.Checkpoint(model=model_factory.build_model(hp, spec)),
                              output_dir, 1).save(1)
   source = os.path.join(root, "source.txt")
   with open(source, "w", encoding="utf-8") as f:

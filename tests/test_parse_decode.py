@@ -29,11 +29,10 @@ TINY = ("num_hidden_layers=1,hidden_size=32,filter_size=64,num_heads=2,batch_siz
 @pytest.fixture(scope="module")
 def parse_run(tmp_path_factory):
   from data_gen import registry
-  from t2t_keras import experiment
-  from t2t_keras.run_dir import save_or_check_run_files, vocab_record
   from t2t_keras.hparams import create_hparams
-  from t2t_keras.run_dir import ModelSpec
-  from t2t_keras.training import Trainer, create_strategy
+  from t2t_keras.rundir.settings import ModelSpec, save_or_check_run_files, vocab_record
+  from t2t_keras.training import schedules
+  from t2t_keras.training.trainer import Trainer, create_strategy
   root = tmp_path_factory.mktemp("parse")
   tmp_dir, data_dir, run_dir = root / "tmp", str(root / "data"), str(root / "run")
   for rel in ("parsed/mrg/wsj/02/wsj_0201.mrg", "parsed/mrg/wsj/22/wsj_2201.mrg",
@@ -49,9 +48,9 @@ def parse_run(tmp_path_factory):
   save_or_check_run_files(run_dir, hp, PROBLEM, spec, vocab_record(problem, data_dir, enc))
   tf.keras.utils.set_random_seed(0)
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=5)
-  config = experiment.RunConfig(output_dir=run_dir, train_steps=5, local_eval_frequency=5,
+  config = schedules.RunConfig(output_dir=run_dir, train_steps=5, local_eval_frequency=5,
                                 random_seed=0)
-  experiment.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
+  schedules.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
                         log=lambda line: None).train()
   return data_dir, run_dir, problem.gold_trees_file(data_dir, "test")
 

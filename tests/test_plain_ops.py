@@ -42,15 +42,15 @@ import pytest
 import tensorflow as tf
 
 from t2t_keras import perf
-from t2t_keras import decoding
+from t2t_keras.decoding import inference_choices, seq2seq
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from t2t_keras.layers.dense import Dense
 from t2t_keras.layers.dropout import Dropout
 from t2t_keras.layers.embedding import SymbolModality
 from t2t_keras.layers.layer_norm import LayerNorm
 from t2t_keras.model import Transformer
-from t2t_keras.optimization import FusedAdam
-from t2t_keras.perf import inference, xent
+from t2t_keras.perf import xent
+from t2t_keras.training.optimization import FusedAdam
 from tests.support import near_ties
 from tests.support.decode_checks import id_rows, op_types, random_model
 from tests.support.tiny_problem import make_tiny_problem
@@ -272,7 +272,7 @@ def test_under_the_switch_graph_decoding_copies_buffers_and_compiles_nothing(mon
   layers = hp.num_hidden_layers
 
   def graph_of():
-    fn = decoding.make_decode_fn(model, dhp).get_concrete_function(x)
+    fn = seq2seq.make_decode_fn(model, dhp).get_concrete_function(x)
     compiled = [f.signature.name for f in fn.graph.as_graph_def().library.function
                 if f.attr["_XlaMustCompile"].b]
     return op_types(fn), compiled, fn(x)
@@ -296,10 +296,10 @@ def test_under_the_switch_graph_decoding_copies_buffers_and_compiles_nothing(mon
     mixed, _ = random_model()
   finally:
     keras.mixed_precision.set_global_policy("float32")
-  assert inference.inference_model(mixed) is mixed
+  assert inference_choices.inference_model(mixed) is mixed
   monkeypatch.setenv(perf.PLAIN_OPS_ENV, "0")
-  assert inference.inference_model(mixed) is not mixed
-  assert not inference.decode_with_xla(model, 10**6) or hp.hidden_size >= 512
+  assert inference_choices.inference_model(mixed) is not mixed
+  assert not inference_choices.decode_with_xla(model, 10**6) or hp.hidden_size >= 512
 
 
 # -- End to end: train 3 steps and beam-decode, with and without the switch ------------------

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_keras import inputs as inputs_lib
-from t2t_keras import losses, run_dir, t2t_import
 from t2t_keras.hparams import create_hparams
 from t2t_keras.layers.attention import attention_bias_prepend_inputs_full_attention
-from t2t_keras.run_dir import ModelSpec
-from t2t_keras.training import Trainer, create_strategy
+from t2t_keras.rundir import model_factory
+from t2t_keras.rundir.settings import ModelSpec
+from t2t_keras.t2t_import import importer
+from t2t_keras.training import inputs as inputs_lib, losses
+from t2t_keras.training.trainer import Trainer, create_strategy
 from tests.support import t2t_numpy_lm as np_lm
 from tests.support.step_utils import one_step
 from tests.support.t2t_numpy_model import T2TNumpyTransformer
@@ -97,7 +98,7 @@ def test_full_attention_bias_and_loss_weights_are_t2t_s():
 
 def _model(mode, seed=0):
   hp = create_hparams("transformer_prepend", SMALL + f",prepend_mode={mode}")
-  model = run_dir.build_model(hp, ModelSpec(VOCAB, VOCAB, 0))
+  model = model_factory.build_model(hp, ModelSpec(VOCAB, VOCAB, 0))
   rng = np.random.default_rng(seed)
   for v in model.trainable_variables:
     v.assign(rng.normal(0.0, 0.5, v.shape).astype(np.float32))
@@ -105,7 +106,7 @@ def _model(mode, seed=0):
 
 
 def _numpy(model):
-  tensors = {n: v.numpy() for n, v in t2t_import.body_variable_map(model).items()}
+  tensors = {n: v.numpy() for n, v in importer.body_variable_map(model).items()}
   tensors[f"transformer/symbol_modality_{VOCAB}_16/shared/weights_0"] = \
       model.softmax.weights_var.numpy()
   return T2TNumpyTransformer.from_tensors(tensors, model.hparams.to_dict(), 0)

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from tests.support.cli import run_cli
-from tests.support.tiny_problem import make_tiny_problem
 from t2t_keras import perf
 from t2t_keras.perf import process
+from tests.support.cli import run_cli
+from tests.support.tiny_problem import make_tiny_problem
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")
@@ -146,15 +146,15 @@ def test_keep_freed_memory_sets_both_thresholds_unless_plain_or_chosen(monkeypat
 
 
 def test_the_trainer_keeps_freed_memory_once_after_its_first_step(tmp_path, monkeypatch, capsys):
-  from t2t_keras import training
+  from t2t_keras.training import trainer
   events = []
-  step = training.Trainer.train_step
+  step = trainer.Trainer.train_step
 
   def counted_step(self, iterator):
     events.append("step")
     return step(self, iterator)
 
-  monkeypatch.setattr(training.Trainer, "train_step", counted_step)
+  monkeypatch.setattr(trainer.Trainer, "train_step", counted_step)
   monkeypatch.setattr(process, "keep_freed_memory", lambda: events.append("keep"))
   data_dir = make_tiny_problem(str(tmp_path / "data"), train=100, dev=8)
   code, err = run_cli("t2t_keras.cli.trainer", [

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_keras import decoding, t2t_import
+from t2t_keras.decoding import seq2seq
 from t2t_keras.hparams import HParams, create_decode_hparams, create_hparams
 from t2t_keras.model import Transformer
+from t2t_keras.t2t_import import importer
 from tests.support import near_ties
 from tests.support.decode_checks import (assert_batch_equals_alone,
                                          assert_cached_logits_equal_recomputation)
@@ -49,12 +50,12 @@ def test_t2t_relative_checkpoint_imports_and_equals_numpy(tmp_path, norm):
   tensors = _relative_tensors(hp_t2t, np.random.default_rng(0))
   assert sum("relative_positions" in n for n in tensors) == 2 * 3  # 2 encoder + 1 decoder layers
   path = write_t2t_checkpoint(str(tmp_path / "model.ckpt"), tensors)
-  hp = t2t_import.hparams_from_t2t(hp_t2t)
+  hp = importer.hparams_from_t2t(hp_t2t)
   assert (hp.self_attention_type, hp.max_relative_position, hp.pos) == (
       "dot_product_relative", MAX, "none")
   model = Transformer(hp, 20, 20, target_space_id=3)
   model.build()
-  assert t2t_import.load_t2t_weights(model, path)["assigned"] == len(tensors)
+  assert importer.load_t2t_weights(model, path)["assigned"] == len(tensors)
   rng = np.random.default_rng(1)
   inputs = rng.integers(2, 20, size=(2, 7))
   inputs[1, 5:] = 0
@@ -72,10 +73,10 @@ def test_checkpoint_without_relative_tables_is_refused(tmp_path):
   hp_t2t = dict(BASE, **RELATIVE)
   tensors = random_t2t_tensors(hp_t2t, 20, 20, np.random.default_rng(0))
   path = write_t2t_checkpoint(str(tmp_path / "model.ckpt"), tensors)
-  model = Transformer(t2t_import.hparams_from_t2t(hp_t2t), 20, 20)
+  model = Transformer(importer.hparams_from_t2t(hp_t2t), 20, 20)
   model.build()
   with pytest.raises(ValueError, match="relative_positions_keys/embeddings"):
-    t2t_import.load_t2t_weights(model, path)
+    importer.load_t2t_weights(model, path)
 
 
 def test_hparams_refuse_relative_without_distance_or_with_unequal_depths():
@@ -112,8 +113,8 @@ def model():
 def test_cached_equals_uncached(model, beam):
   x = tf.constant(_inputs(0, [5, 3, 7]))
   dhp = create_decode_hparams(f"beam_size={beam},extra_length=6")
-  fast = decoding.make_decode_fn(model, dhp, use_cache=True)(x)
-  slow = decoding.make_decode_fn(model, dhp, use_cache=False)(x)
+  fast = seq2seq.make_decode_fn(model, dhp, use_cache=True)(x)
+  slow = seq2seq.make_decode_fn(model, dhp, use_cache=False)(x)
   near_ties.assert_decodes_equal_or_near_tie(fast, slow, _margin_of(model, x, dhp),
                                              SCORE_EPS, "cached vs uncached")
   assert fast[0].shape[-1] > MAX + 1  # decoded past the clipping distance
@@ -127,10 +128,10 @@ def test_cached_logits_equal_recomputation_each_step(model):
 def test_batch_equals_alone_and_xla_equals_default(model, beam):
   x = _inputs(3, [7, 3, 5])
   dhp = create_decode_hparams(f"beam_size={beam},extra_length=4")
-  fn = decoding.make_decode_fn(model, dhp)
+  fn = seq2seq.make_decode_fn(model, dhp)
   margin_of = _margin_of(model, x, dhp)
   assert_batch_equals_alone(fn, x, margin_of)
-  xla = decoding.make_decode_fn(model, dhp, jit_compile=True)(tf.constant(x))
+  xla = seq2seq.make_decode_fn(model, dhp, jit_compile=True)(tf.constant(x))
   near_ties.assert_decodes_equal_or_near_tie(xla, fn(tf.constant(x)), margin_of, SCORE_EPS,
                                              "XLA vs graph")
 

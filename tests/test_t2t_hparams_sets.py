@@ -15,12 +15,11 @@ import textwrap
 
 import pytest
 
-from t2t_keras import hparams as hp_lib
-from t2t_keras import hparams_sets
-from t2t_keras import precision
-from t2t_keras.t2t_import_hparams import hparams_from_t2t
-from tests.support.cli import run_cli, run_cli_output
+from t2t_keras import hparams as hp_lib, hparams_sets
+from t2t_keras.perf import precision
+from t2t_keras.t2t_import.t2t_hparams import hparams_from_t2t
 from tests.scripts import extract_t2t_hparams_sets as extract
+from tests.support.cli import run_cli, run_cli_output
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 with open(os.path.join(DATA, "t2t_transformer_hparams_sets.json"), encoding="utf-8") as _f:

@@ -17,16 +17,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from t2t_keras.rundir import model_factory, settings as run_dir_lib
+from t2t_keras.t2t_import import importer
 from tests.support.env import ENV, REPO
 from tests.support.step_utils import one_step
 from tests.support.t2t_checkpoint import (BASE, DE_TOK, SENTENCES, T2T_RUN, VOCAB, assert_close,
                                           decoder_and_numpy_scores, id_batch, random_t2t_tensors,
                                           reference_model, t2t_hparams, write_t2t_checkpoint)
-from tests.support.tolerances import SCORE_EPS
 from tests.support.t2t_numpy_model import T2TNumpyTransformer
-from t2t_keras import t2t_import
-from t2t_keras import run_dir as run_dir_lib
-
+from tests.support.tolerances import SCORE_EPS
 
 # ---------------------------------------------------------------------------
 # The real T2T checkpoint.
@@ -42,7 +41,7 @@ def test_imported_run_layout_and_logits_equal_numpy_t2t(imported, loaded):
   assert (hp.layer_preprocess_sequence, hp.layer_postprocess_sequence) == ("n", "da")
   assert tf.train.latest_checkpoint(run_dir).endswith("ckpt-1")  # T2T's global step
   # The registered target space is the row T2T's Adam updated.
-  assert t2t_import.trained_target_spaces(str(T2T_RUN / "model.ckpt-1")) == [DE_TOK]
+  assert importer.trained_target_spaces(str(T2T_RUN / "model.ckpt-1")) == [DE_TOK]
   assert os.path.exists(os.path.join(run_dir, VOCAB)) and "t2t_keras_decoder" in stdout
   inputs = id_batch(encoders, [s for s, _ in SENTENCES])
   targets = id_batch(encoders, [t for _, t in SENTENCES], "targets")
@@ -60,7 +59,8 @@ def test_exported_beam_search_equals_numpy_t2t_beam_search_per_sentence(imported
   """Beam 4 through the SavedModel, each sentence alone == the NumPy port of T2T's
   beam search on the NumPy T2T model; T2T's serving client builds the Example."""
   import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
-  from t2t_keras import export
+
+  from t2t_keras.export import saved_model
   from t2t_keras.hparams import create_decode_hparams
   from tests.support.t2t_numpy_decoding import t2t_beam_search
   run_dir = imported[0]
@@ -68,7 +68,7 @@ def test_exported_beam_search_equals_numpy_t2t_beam_search_per_sentence(imported
   extra_length = 3
   decode_hp = create_decode_hparams(f"beam_size=4,alpha=0.6,extra_length={extra_length}")
   vocab = {side: os.path.join(run_dir, VOCAB) for side in ("inputs", "targets")}
-  version = export.export_saved_model(model, hp, decode_hp, vocab, str(tmp_path / "export"),
+  version = saved_model.export_saved_model(model, hp, decode_hp, vocab, str(tmp_path / "export"),
                                       encoders)
   served = tf.saved_model.load(version)
   ref = reference_model()
@@ -150,7 +150,7 @@ def _import_synthetic(tmp_path, hp_t2t, vocab_in, vocab_out, seed=0):
   from t2t_keras.model import Transformer
   tensors = random_t2t_tensors(hp_t2t, vocab_in, vocab_out, np.random.default_rng(seed))
   path = write_t2t_checkpoint(str(tmp_path / "model.ckpt"), tensors)
-  hp = t2t_import.hparams_from_t2t(hp_t2t)
+  hp = importer.hparams_from_t2t(hp_t2t)
   model = Transformer(hp, vocab_in, vocab_out, target_space_id=3)
   model.build()
   return model, path, tensors
@@ -163,9 +163,9 @@ def _import_synthetic(tmp_path, hp_t2t, vocab_in, vocab_out, seed=0):
 def test_synthetic_t2t_checkpoint_imports_and_equals_numpy(tmp_path, overrides, vocab_out):
   hp_t2t = dict(BASE, **overrides)
   model, path, tensors = _import_synthetic(tmp_path, hp_t2t, 20, vocab_out)
-  loaded = t2t_import.load_t2t_weights(model, path)
+  loaded = importer.load_t2t_weights(model, path)
   assert loaded == {"global_step": 7, "assigned": len(tensors)}
-  assert t2t_import.trained_target_spaces(path) == [3]
+  assert importer.trained_target_spaces(path) == [3]
   if overrides.get("layer_postprocess_sequence") == "dan":
     assert not any("/encoder/layer_prepostprocess" in n for n in tensors)
   else:
@@ -187,11 +187,11 @@ def test_missing_and_unexpected_variables_are_listed(tmp_path):
   del tensors[gone]
   tensors["transformer/body/decoder/layer_0/ffn/conv3/kernel"] = np.zeros((8, 8))
   path = write_t2t_checkpoint(str(tmp_path / "model.ckpt"), tensors)
-  model = Transformer(t2t_import.hparams_from_t2t(BASE), 20, 20)
+  model = Transformer(importer.hparams_from_t2t(BASE), 20, 20)
   model.build()
   before = [w.copy() for w in model.get_weights()]
   with pytest.raises(ValueError) as error:
-    t2t_import.load_t2t_weights(model, path)
+    importer.load_t2t_weights(model, path)
   message = str(error.value)
   assert gone in message and "ffn/conv3/kernel" in message
   assert "Adam" not in message and "global_step" not in message
@@ -200,25 +200,25 @@ def test_missing_and_unexpected_variables_are_listed(tmp_path):
 
 def test_unimplemented_t2t_hparams_are_refused_by_name_and_value(tmp_path):
   with pytest.raises(ValueError, match=r"proximity_bias=True.*\n.*weird_knob=3"):
-    t2t_import.hparams_from_t2t(dict(BASE, proximity_bias=True, weird_knob=3))
+    importer.hparams_from_t2t(dict(BASE, proximity_bias=True, weird_knob=3))
   with pytest.raises(ValueError, match=r"layer_postprocess_sequence='daz'"):
-    t2t_import.hparams_from_t2t(dict(BASE, layer_postprocess_sequence="daz"))
-  assert t2t_import.hparams_from_t2t(
+    importer.hparams_from_t2t(dict(BASE, layer_postprocess_sequence="daz"))
+  assert importer.hparams_from_t2t(
       dict(BASE, activation_dtype="bfloat16"), ignore=["activation_dtype"]).hidden_size == 8
   # T2T kept the sampling settings among the model hparams; here they are decode
   # hparams: T2T's defaults import, another value is refused with the way to keep it.
   defaults = dict(BASE, sampling_method="argmax", sampling_temp=1.0, sampling_keep_top_k=-1)
-  assert t2t_import.hparams_from_t2t(defaults).hidden_size == 8
+  assert importer.hparams_from_t2t(defaults).hidden_size == 8
   with pytest.raises(ValueError, match=r"sampling_temp=0\.5 is a decoding setting.*"
                                        r"--decode_hparams=sampling_temp=0\.5"):
-    t2t_import.hparams_from_t2t(dict(defaults, sampling_temp=0.5))
+    importer.hparams_from_t2t(dict(defaults, sampling_temp=0.5))
   # The CLI leaves nothing behind when the run cannot be imported.
   t2t_dir = tmp_path / "t2t"
   shutil.copytree(T2T_RUN, t2t_dir)
   os.chmod(t2t_dir / "hparams.json", 0o644)
   (t2t_dir / "hparams.json").write_text(json.dumps(dict(t2t_hparams(), pos="rope")))
   with pytest.raises(ValueError, match=r"hparams.pos.*'rope'"):
-    t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "out"), log=lambda line: None)
+    importer.import_t2t_run(str(t2t_dir), str(tmp_path / "out"), log=lambda line: None)
   assert sorted(os.listdir(tmp_path)) == ["t2t"]
 
 
@@ -232,7 +232,7 @@ _FINE_TUNE = "layer_prepostprocess_dropout=0,attention_dropout=0,relu_dropout=0,
 
 def _t2t_by_variable(model, reader):
   """Per trainable variable of `model`: T2T's checkpoint names (modality: all shards)."""
-  by_id = {id(v): [name] for name, v in t2t_import.body_variable_map(model).items()}
+  by_id = {id(v): [name] for name, v in importer.body_variable_map(model).items()}
   shards = sorted((n for n in reader.get_variable_to_shape_map()
                    if "/shared/weights_" in n and not n.startswith("training/")),
                   key=lambda n: int(n.rsplit("_", 1)[1]))
@@ -269,23 +269,24 @@ def test_fine_tuning_takes_t2t_adams_next_two_updates(tmp_path, source):
   NumPy, with the checkpoint's Adam/Adam_1 slots and beta powers, at T2T's global
   steps), or, without Adam state, a fresh TF1 Adam whose bias correction starts at
   the import while the learning rate continues at T2T's step."""
+  from t2t_keras.rundir import settings as run_dir
+  from t2t_keras.training import losses, schedules
+  from t2t_keras.training.trainer import Trainer, create_strategy
   from tests.support import t2t_numpy_training as t2t_np
-  from t2t_keras import experiment, losses, run_dir
-  from t2t_keras.training import Trainer, create_strategy
   t2t_step = 1 if source != "no_optimizer_state" else 120
   t2t_dir = T2T_RUN if source != "no_optimizer_state" else _strip_optimizer_state(tmp_path,
                                                                                    t2t_step)
   lines = []
   run = str(tmp_path / "run")
-  t2t_import.import_t2t_run(str(t2t_dir), run, hparams_overrides=_FINE_TUNE,
+  importer.import_t2t_run(str(t2t_dir), run, hparams_overrides=_FINE_TUNE,
                             reset_optimizer=source == "reset_optimizer", log=lines.append)
   fresh = source != "adam_slots"
   assert ("Adam starts fresh" in lines[-1]) == fresh, lines
   hp, _, spec = run_dir.load_run_files(run)
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=100000,
                     adam_step_offset=run_dir.adam_step_offset(run))
-  config = experiment.RunConfig(output_dir=run, train_steps=100000)
-  assert experiment.Experiment(trainer, config, None, None, log=lines.append).restore() == t2t_step
+  config = schedules.RunConfig(output_dir=run, train_steps=100000)
+  assert schedules.Experiment(trainer, config, None, None, log=lines.append).restore() == t2t_step
 
   t2t_hp = dict(t2t_hparams(), learning_rate_schedule="legacy", learning_rate=100.0)
   reader = tf.train.load_checkpoint(str(T2T_RUN / "model.ckpt-1"))
@@ -299,7 +300,7 @@ def test_fine_tuning_takes_t2t_adams_next_two_updates(tmp_path, source):
   reference = t2t_np.Tf1Adam(weights, t2t_hp["optimizer_adam_beta1"],
                              t2t_hp["optimizer_adam_beta2"], t2t_hp["optimizer_adam_epsilon"],
                              **slots)
-  oracle = run_dir.build_model(hp, spec)
+  oracle = model_factory.build_model(hp, spec)
   rng = np.random.default_rng(0)
   for update in range(2):
     batch = {k: rng.integers(2, 8190, size=(3, 7)).astype(np.int64)
@@ -368,20 +369,21 @@ def test_adafactor_run_imports_with_its_adafactor_slots(tmp_path):
   """T2T's Adafactor slots (vr/vc of matrices, v of vectors) land in T2TAdafactor's
   slots of the imported run's checkpoint, the row shards of the embedding joined
   (vr concatenated, vc their row-weighted mean); the decay continues at T2T's step."""
-  from t2t_keras import experiment, run_dir
-  from t2t_keras.training import Trainer, create_strategy
+  from t2t_keras.rundir import settings as run_dir
+  from t2t_keras.training import schedules
+  from t2t_keras.training.trainer import Trainer, create_strategy
   t2t_dir, tensors = _adafactor_run(tmp_path, 50, with_slots=True)
   lines, run = [], str(tmp_path / "run")
-  t2t_import.import_t2t_run(str(t2t_dir), run, log=lines.append)
+  importer.import_t2t_run(str(t2t_dir), run, log=lines.append)
   assert "Adafactor state imported" in lines[-1], lines
   assert run_dir.adam_step_offset(run) == 0
   hp, _, spec = run_dir.load_run_files(run)
   assert hp.optimizer == "adafactor"
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=1000)
-  config = experiment.RunConfig(output_dir=run, train_steps=1000)
-  assert experiment.Experiment(trainer, config, None, None, log=lines.append).restore() == 50
+  config = schedules.RunConfig(output_dir=run, train_steps=1000)
+  assert schedules.Experiment(trainer, config, None, None, log=lines.append).restore() == 50
   optimizer = trainer.optimizer
-  for name, variable in t2t_import.body_variable_map(trainer.model).items():
+  for name, variable in importer.body_variable_map(trainer.model).items():
     slots = optimizer.slots(variable)
     if len(variable.shape) >= 2:
       np.testing.assert_array_equal(slots["vr"].numpy(), tensors[f"training/{name}/Adafactor"])
@@ -405,7 +407,7 @@ def test_adafactor_import_without_or_with_partial_slots(tmp_path):
   from the import); with slots missing for a variable it fails naming the slot."""
   t2t_dir, _ = _adafactor_run(tmp_path, 50, with_slots=False)
   lines = []
-  t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "run"), log=lines.append)
+  importer.import_t2t_run(str(t2t_dir), str(tmp_path / "run"), log=lines.append)
   assert "Adafactor starts fresh (the checkpoint has no optimizer state)" in lines[-1]
   assert run_dir_lib.adam_step_offset(str(tmp_path / "run")) == 50
   kernel = "transformer/body/encoder/layer_0/ffn/conv1/kernel"
@@ -414,7 +416,7 @@ def test_adafactor_import_without_or_with_partial_slots(tmp_path):
   t2t_dir, _ = _adafactor_run(partial, 50, with_slots=True, skip=kernel)
   with pytest.raises(ValueError, match=f"(?s)lacks these Adafactor slots.*--reset_optimizer.*"
                      f"{kernel}/Adafactor \\(vr\\)"):
-    t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "refused"), log=lambda line: None)
+    importer.import_t2t_run(str(t2t_dir), str(tmp_path / "refused"), log=lambda line: None)
   assert not (tmp_path / "refused").exists()
 
 
@@ -426,7 +428,7 @@ def test_momentum_run_is_refused_by_name(tmp_path):
   (t2t_dir / "hparams.json").write_text(json.dumps(hparams))
   with pytest.raises(ValueError, match="optimizer='momentum'.*--ignore_t2t_hparams=optimizer "
                      "--reset_optimizer"):
-    t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "refused"), log=lambda line: None)
+    importer.import_t2t_run(str(t2t_dir), str(tmp_path / "refused"), log=lambda line: None)
 
 
 def test_multistep_run_imports_at_its_update_count(tmp_path):
@@ -437,7 +439,7 @@ def test_multistep_run_imports_at_its_update_count(tmp_path):
   hparams.update(optimizer="multistep_adam", optimizer_multistep_accumulate_steps=4)
   (t2t_dir / "hparams.json").write_text(json.dumps(hparams))
   lines = []
-  result = t2t_import.import_t2t_run(str(t2t_dir), str(tmp_path / "run"), log=lines.append)
+  result = importer.import_t2t_run(str(t2t_dir), str(tmp_path / "run"), log=lines.append)
   assert (result["global_step"], result["t2t_global_step"]) == (3, 13)
   assert result["checkpoint"].endswith("ckpt-3")
   assert any("13 is 1 micro-batch(es) into an accumulation of 4" in line for line in lines)

@@ -12,10 +12,11 @@ import os
 import pytest
 import tensorflow as tf
 
-from data_gen import file_io
-from data_gen import generator_utils as gu
-from t2t_keras import decoding, export, inputs
+from data_gen import file_io, generator_utils as gu
+from t2t_keras.decoding import seq2seq
+from t2t_keras.export import saved_model
 from t2t_keras.hparams import create_decode_hparams, create_hparams
+from t2t_keras.training import inputs
 from tests.support import stub_decoding
 
 FINISHED = ["p-train-00000-of-00002", "p-dev-00000-of-00001", "vocab.p.64.subwords",
@@ -90,7 +91,7 @@ def test_directory_writer(tmp_path):
 
 def test_savedmodel_export(tmp_path, monkeypatch):
   vocab = stub_decoding.build_vocab(str(tmp_path / "vocab.subwords"))
-  monkeypatch.setattr(decoding, "decode_ids",
+  monkeypatch.setattr(seq2seq, "decode_ids",
                       stub_decoding.make_stub(stub_decoding.forced_escape_ids(vocab)))
   export_dir = tmp_path / "export"
   (export_dir / "1").mkdir(parents=True)
@@ -102,7 +103,7 @@ def test_savedmodel_export(tmp_path, monkeypatch):
 
   monkeypatch.setattr(tf.saved_model, "save", save_then_stop)
   with pytest.raises(Killed, match=r"\.incomplete"):
-    export.export_saved_model(stub_decoding.NoModel(), create_hparams("transformer_tiny"),
+    saved_model.export_saved_model(stub_decoding.NoModel(), create_hparams("transformer_tiny"),
                               create_decode_hparams("beam_size=1"),
                               {"inputs": vocab.filename, "targets": vocab.filename},
                               str(export_dir), {"inputs": vocab, "targets": vocab})

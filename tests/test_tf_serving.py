@@ -22,9 +22,10 @@ import grpc
 import numpy as np
 import pytest
 
-import t2t_keras
 from data_gen import file_io
-from t2t_keras import export, precision
+import t2t_keras
+from t2t_keras.export import saved_model
+from t2t_keras.perf import precision
 from tests.support import near_ties, tf_serving_harness
 from tests.support.cli import run_cli_output
 from tests.support.tolerances import SCORE_EPS
@@ -271,7 +272,7 @@ def test_stock_server_serves_the_mixed_bfloat16_export(runs, capsys):
 
 
 def test_export_exposes_its_settings_signatures(runs, server):
-  assert export.settings_signature(4) == "beam_4"
+  assert saved_model.settings_signature(4) == "beam_4"
   status, body = server.rest("GET", "/v1/models/transformer/metadata")
   assert status == 200, body
   signatures = body["metadata"]["signature_def"]["signature_def"]

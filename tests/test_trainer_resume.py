@@ -126,23 +126,23 @@ def test_a_flag_differing_from_the_run_is_refused_in_one_line(
 def test_an_older_run_without_a_recorded_set_resumes_with_its_hparams(tmp_path):
   """A run.json of an older version records no hparams_set: the run's hparams.json is
   used, and a given --hparams_set is checked by the hparams it builds."""
-  from t2t_keras import run_dir
   from t2t_keras.hparams import create_hparams
+  from t2t_keras.rundir import settings as settings_lib
   hp = create_hparams("transformer_tiny", HP)
   output_dir = str(tmp_path / "old")
-  run_dir.save_or_check_run_files(output_dir, hp, "translate_from_files",
-                                  run_dir.ModelSpec(76, 76))
-  settings = run_dir.resolve_run_settings(output_dir)
+  settings_lib.save_or_check_run_files(output_dir, hp, "translate_from_files",
+                                  settings_lib.ModelSpec(76, 76))
+  settings = settings_lib.resolve_run_settings(output_dir)
   assert (settings.problem, settings.hparams, settings.hparams_set) == (
       "translate_from_files", hp, None)
-  assert run_dir.resolve_run_settings(output_dir, hparams_set="transformer_tiny",
+  assert settings_lib.resolve_run_settings(output_dir, hparams_set="transformer_tiny",
                                       overrides=HP).hparams == hp
   with pytest.raises(ValueError, match="holds a run with different hparams"):
-    run_dir.resolve_run_settings(output_dir, hparams_set="transformer_tiny")
+    settings_lib.resolve_run_settings(output_dir, hparams_set="transformer_tiny")
   # Given, the set is recorded; from then on it is the run's.
-  run_dir.save_or_check_run_files(output_dir, hp, "translate_from_files",
-                                  run_dir.ModelSpec(76, 76), hparams_set="transformer_tiny",
+  settings_lib.save_or_check_run_files(output_dir, hp, "translate_from_files",
+                                  settings_lib.ModelSpec(76, 76), hparams_set="transformer_tiny",
                                   overrides=HP)
-  assert run_dir.resolve_run_settings(output_dir).hparams_set == "transformer_tiny"
+  assert settings_lib.resolve_run_settings(output_dir).hparams_set == "transformer_tiny"
   with pytest.raises(ValueError, match="--problem is required"):
-    run_dir.resolve_run_settings(str(tmp_path / "new"), hparams_set="transformer_tiny")
+    settings_lib.resolve_run_settings(str(tmp_path / "new"), hparams_set="transformer_tiny")

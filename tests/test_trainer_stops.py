@@ -18,13 +18,15 @@ import time
 import pytest
 import tensorflow as tf
 
+from t2t_keras import checkpoints
+from t2t_keras.hparams import create_hparams
+from t2t_keras.rundir import settings
+from t2t_keras.rundir.settings import ModelSpec
+from t2t_keras.training import schedules
+from t2t_keras.training.trainer import Trainer, create_strategy
 from tests.support.env import ENV
 from tests.support.tiny_problem import ONE_LAYER, make_tiny_problem
 from tests.support.trainer_process import start_slow, wait_for
-from t2t_keras import checkpoints, experiment, run_dir
-from t2t_keras.hparams import create_hparams
-from t2t_keras.run_dir import ModelSpec
-from t2t_keras.training import Trainer, create_strategy
 
 
 @pytest.fixture(scope="module")
@@ -100,16 +102,16 @@ def test_train_seconds_stops_within_one_step_and_resumes_with_a_fresh_budget(dat
   hp = create_hparams("transformer_tiny", ONE_LAYER)
   spec = ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
   output_dir = str(tmp_path / "run")
-  run_dir.save_or_check_run_files(output_dir, hp, "translate_from_files", spec)
+  settings.save_or_check_run_files(output_dir, hp, "translate_from_files", spec)
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=100)
   lrs, lines = [], []
 
   def run(seconds):
     # A far step cap (as the demo's), so its ETA is longer than any budget left here.
-    config = experiment.RunConfig(output_dir=output_dir, train_steps=10**6,
+    config = schedules.RunConfig(output_dir=output_dir, train_steps=10**6,
                                   train_seconds=seconds, local_eval_frequency=100,
                                   log_every_steps=1)
-    exp = experiment.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
+    exp = schedules.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
                                 log=lines.append,
                                 clock=lambda: float(trainer.step))  # one "second" per step
     summary = exp.run("train")

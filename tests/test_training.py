@@ -11,16 +11,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support.env import ENV, REPO, free_ports
-from tests.support.step_utils import (LINEAR_ADAM, SPEC, batches, concat, one_step,
-                                      t2t_decayed, t2t_loss_grads)
+from t2t_keras.hparams import create_hparams
+from t2t_keras.rundir import model_factory, settings
+from t2t_keras.rundir.settings import ModelSpec
+from t2t_keras.training import schedules
+from t2t_keras.training.trainer import NonFiniteLossError, Trainer, create_strategy
 from tests.support import t2t_numpy_training as t2t_np
+from tests.support.env import ENV, REPO, free_ports
+from tests.support.step_utils import (LINEAR_ADAM, SPEC, batches, concat, one_step, t2t_decayed,
+                                      t2t_loss_grads)
 from tests.support.tiny_problem import make_tiny_problem
 from tests.support.trainer_process import start_slow, wait_for
-from t2t_keras import experiment, run_dir
-from t2t_keras.hparams import create_hparams
-from t2t_keras.run_dir import ModelSpec
-from t2t_keras.training import NonFiniteLossError, Trainer, create_strategy
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def test_accumulation_is_t2t_multistep_adam():
                       "weight_decay=0.01,optimizer_adam_epsilon=1e-3")
   tf.keras.utils.set_random_seed(0)
   trainer = Trainer(hp, SPEC, create_strategy("one_device"), train_steps=100)
-  oracle = run_dir.build_model(hp, SPEC)
+  oracle = model_factory.build_model(hp, SPEC)
   model = trainer.model
   start = [v.numpy() for v in model.trainable_variables]
   reference = t2t_np.MultistepAdam(start, t2t_decayed(model), hp.to_dict(), train_steps=100)
@@ -119,7 +120,7 @@ def test_kill_mid_run_then_resume(data_dir, tmp_path):
   assert restored and int(restored.group(1)) >= steps_before
   assert tf.train.latest_checkpoint(output_dir).endswith("ckpt-40")
   # Every checkpoint in the index loads.
-  hparams, _, spec = run_dir.load_run_files(output_dir)
+  hparams, _, spec = settings.load_run_files(output_dir)
   for path in tf.train.get_checkpoint_state(output_dir).all_model_checkpoint_paths:
     trainer = Trainer(hparams, spec, create_strategy("one_device"))
     tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer).restore(
@@ -128,12 +129,12 @@ def test_kill_mid_run_then_resume(data_dir, tmp_path):
 
 def test_hparams_mismatch_is_an_error(tmp_path):
   hp = create_hparams("transformer_tiny")
-  run_dir.save_or_check_run_files(str(tmp_path), hp, "p", SPEC)
-  run_dir.save_or_check_run_files(str(tmp_path), hp, "p", SPEC)  # same run: fine
+  settings.save_or_check_run_files(str(tmp_path), hp, "p", SPEC)
+  settings.save_or_check_run_files(str(tmp_path), hp, "p", SPEC)  # same run: fine
   with pytest.raises(ValueError, match="num_heads: 4 in the run, 8 given"):
-    run_dir.save_or_check_run_files(str(tmp_path), hp.replace(num_heads=8), "p", SPEC)
+    settings.save_or_check_run_files(str(tmp_path), hp.replace(num_heads=8), "p", SPEC)
   with pytest.raises(ValueError, match="holds a run of"):
-    run_dir.save_or_check_run_files(str(tmp_path), hp, "other_problem", SPEC)
+    settings.save_or_check_run_files(str(tmp_path), hp, "other_problem", SPEC)
 
 
 def test_non_finite_loss_stops_and_keeps_last_checkpoint(data_dir, tmp_path):
@@ -142,9 +143,9 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(data_dir, tmp_path):
                       "learning_rate_constant=1e30,num_hidden_layers=1")
   spec = ModelSpec(*_vocab(data_dir), 0)
   trainer = Trainer(hp, spec, create_strategy("one_device"))
-  config = experiment.RunConfig(output_dir=output_dir, train_steps=50, local_eval_frequency=1,
+  config = schedules.RunConfig(output_dir=output_dir, train_steps=50, local_eval_frequency=1,
                                 log_every_steps=1)
-  run = experiment.Experiment(trainer, config, os.path.join(data_dir, "*train*"), None,
+  run = schedules.Experiment(trainer, config, os.path.join(data_dir, "*train*"), None,
                               log=lambda line: None)
   with pytest.raises(NonFiniteLossError, match=r"at step (\d+)") as err:
     run.train()
@@ -196,7 +197,7 @@ def test_multi_worker_mirrored_two_processes_stop_together(data_dir, tmp_path):
 
 
 def test_average_checkpoints_is_the_mean(tmp_path):
-  from t2t_keras.avg_checkpoints import average_checkpoints
+  from t2t_keras.rundir.averaging import average_checkpoints
   hp = create_hparams("transformer_tiny", "num_hidden_layers=1")
   paths, weights = [], []
   for seed in range(3):
@@ -218,12 +219,12 @@ def test_checkpoint_restores_every_model_and_optimizer_variable(tmp_path):
   hp = create_hparams("transformer_tiny", LINEAR_ADAM + ",num_hidden_layers=2")
   source = Trainer(hp, SPEC, create_strategy("one_device"))
   one_step(source, batches(1, seed=5))
-  config = experiment.RunConfig(output_dir=str(tmp_path), train_steps=1)
-  run = experiment.Experiment(source, config, None, None, log=lambda line: None)
+  config = schedules.RunConfig(output_dir=str(tmp_path), train_steps=1)
+  run = schedules.Experiment(source, config, None, None, log=lambda line: None)
   run.save()
   tf.keras.utils.set_random_seed(123)  # a different initialization to overwrite
   target = Trainer(hp, SPEC, create_strategy("one_device"))
-  experiment.Experiment(target, config, None, None, log=lambda line: None).restore()
+  schedules.Experiment(target, config, None, None, log=lambda line: None).restore()
   assert target.step == source.step == 1
   names = [v.path for v in source.model.weights]
   assert len(names) == len(set(names)) == len(target.model.weights)
@@ -297,7 +298,7 @@ def _fake_cpuinfo(flags):
 
 @pytest.fixture
 def policy_reset(monkeypatch):
-  from t2t_keras import precision
+  from t2t_keras.perf import precision
   monkeypatch.setattr(precision, "_warned_slow_bfloat16", False)
   yield precision
   precision.set_mixed_precision("none")
@@ -306,10 +307,10 @@ def policy_reset(monkeypatch):
 def test_bfloat16_without_native_support_warns_once(policy_reset, caplog):
   precision = policy_reset
   avx2 = _fake_cpuinfo("fpu sse2 avx avx2 fma")
-  with caplog.at_level("WARNING", logger="t2t_keras.precision"):
+  with caplog.at_level("WARNING", logger="t2t_keras.perf.precision"):
     precision.set_mixed_precision("bfloat16", cpuinfo=avx2)
     precision.set_mixed_precision("bfloat16", cpuinfo=avx2)
-  warnings = [r.getMessage() for r in caplog.records if r.name == "t2t_keras.precision"]
+  warnings = [r.getMessage() for r in caplog.records if r.name == "t2t_keras.perf.precision"]
   assert len(warnings) == 1, warnings
   assert "Fake EPYC (family 25 model 17); native bfloat16: no" in warnings[0]
   assert "slower" in warnings[0]
@@ -321,9 +322,9 @@ def test_bfloat16_without_native_support_warns_once(policy_reset, caplog):
                                         ("bfloat16", "fpu avx2 amx_bf16 amx_tile"),
                                         ("none", "fpu avx2"), ("float16", "fpu avx2")])
 def test_no_bfloat16_warning_where_it_is_native_or_not_used(policy_reset, caplog, mode, flags):
-  with caplog.at_level("WARNING", logger="t2t_keras.precision"):
+  with caplog.at_level("WARNING", logger="t2t_keras.perf.precision"):
     policy_reset.set_mixed_precision(mode, cpuinfo=_fake_cpuinfo(flags))
-  assert not [r for r in caplog.records if r.name == "t2t_keras.precision"]
+  assert not [r for r in caplog.records if r.name == "t2t_keras.perf.precision"]
 
 
 def test_more_gpus_than_visible_is_refused():

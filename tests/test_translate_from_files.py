@@ -146,7 +146,7 @@ def _untrained_run(data_dir, run_dir):
   """An untrained tiny model's run on data_dir (decodes as well as any for these tests)."""
   from t2t_keras.hparams import create_hparams
   from t2t_keras.model import Transformer
-  from t2t_keras.run_dir import ModelSpec, save_or_check_run_files, vocab_record
+  from t2t_keras.rundir.settings import ModelSpec, save_or_check_run_files, vocab_record
   problem = registry.problem(NAME, data_dir)
   encoders = problem.feature_encoders(data_dir)
   spec = ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size, 0)

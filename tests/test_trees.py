@@ -5,9 +5,8 @@ import re
 import subprocess
 import sys
 
+from hypothesis import given, settings, strategies as st
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from data_gen import trees
 from tests.support.ptb_sample import (CAT, SAMPLE_COUNTS, SAMPLE_DIR, SAMPLE_TREES,
@@ -232,6 +231,6 @@ def test_tokenize():
 
 def test_importing_trees_and_evalb_does_not_import_tensorflow():
   """Scoring parses must not pay TensorFlow's start-up (seconds per run)."""
-  code = ("import sys; import data_gen.trees, t2t_keras.evalb, t2t_keras.cli.parse_eval; "
+  code = ("import sys; import data_gen.trees, t2t_keras.scoring.evalb, t2t_keras.cli.parse_eval; "
           "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
   assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support.tolerances import SCORE_EPS
-from tests.support.tiny_problem import make_tiny_problem
-from t2t_keras import visualize
+from t2t_keras.decoding import visualize
 from t2t_keras.hparams import create_hparams
 from t2t_keras.model import Transformer
+from tests.support.tiny_problem import make_tiny_problem
+from tests.support.tolerances import SCORE_EPS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
@@ -241,10 +241,9 @@ def test_curves_without_loss_are_an_error(tmp_path):
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
   from data_gen import registry
-  from t2t_keras import experiment
-  from t2t_keras.run_dir import save_or_check_run_files, vocab_record
-  from t2t_keras.run_dir import ModelSpec
-  from t2t_keras.training import Trainer, create_strategy
+  from t2t_keras.rundir.settings import ModelSpec, save_or_check_run_files, vocab_record
+  from t2t_keras.training import schedules
+  from t2t_keras.training.trainer import Trainer, create_strategy
   root = tmp_path_factory.mktemp("viz")
   data_dir = make_tiny_problem(str(root), train=300, dev=16)
   problem = registry.problem("translate_from_files", data_dir)
@@ -256,10 +255,10 @@ def trained_run(tmp_path_factory):
   output_dir = str(root / "run")
   save_or_check_run_files(output_dir, hp, problem.name, spec,
                           vocab_record(problem, data_dir, enc))
-  config = experiment.RunConfig(output_dir=output_dir, train_steps=2, eval_steps=1,
+  config = schedules.RunConfig(output_dir=output_dir, train_steps=2, eval_steps=1,
                                 local_eval_frequency=2, log_every_steps=1)
   # A stand-in for the decoding BLEU hook: the curve reader needs some `bleu` scalar.
-  run = experiment.Experiment(Trainer(hp, spec, create_strategy("one_device"), 2), config,
+  run = schedules.Experiment(Trainer(hp, spec, create_strategy("one_device"), 2), config,
                               problem.filepattern(data_dir, "train"),
                               problem.filepattern(data_dir, "dev"), log=lambda line: None,
                               eval_hook=lambda step: {"bleu": 2.0 * step})

@@ -16,8 +16,10 @@ import sys
 
 from absl import app, flags
 
+from t2t_keras.cli import common_flags
+
 FLAGS = flags.FLAGS
-from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once)
+
 flags.DEFINE_string("checkpoints", "", "Comma-separated checkpoint prefixes to average.")
 flags.DEFINE_string("prefix", "", "Training --output_dir whose last checkpoints are averaged.")
 common_flags.define_once("integer", "num_last_checkpoints", 0, "Average the last N checkpoints of --prefix.")
@@ -40,13 +42,14 @@ def main(argv):
                          "the run's averaged/ directory, needs --prefix=<run directory>).")
   import tensorflow as tf
 
-  from t2t_keras import avg_checkpoints, checkpoints, run_dir
-  from t2t_keras.run_layout import RunDir
+  from t2t_keras import checkpoints
+  from t2t_keras.rundir import averaging, model_factory, settings
+  from t2t_keras.rundir.files import RunDir
   if FLAGS.checkpoints:
     paths = [p.strip() for p in FLAGS.checkpoints.split(",") if p.strip()]
   elif FLAGS.prefix and FLAGS.num_last_checkpoints:
     try:
-      paths = avg_checkpoints.last_checkpoints(FLAGS.prefix, FLAGS.num_last_checkpoints)
+      paths = averaging.last_checkpoints(FLAGS.prefix, FLAGS.num_last_checkpoints)
     except (ValueError, FileNotFoundError) as e:
       raise app.UsageError(str(e)) from None
   else:
@@ -58,14 +61,14 @@ def main(argv):
                          "checkpoint prefix such as <dir>/averaged.ckpt.")
   directory = FLAGS.output_dir or FLAGS.prefix or os.path.dirname(paths[0])
   try:
-    hparams, _, spec = run_dir.load_run_files(directory)
+    hparams, _, spec = settings.load_run_files(directory)
   except FileNotFoundError as e:
     raise app.UsageError(str(e)) from None
   if FLAGS.data_dir:  # before the model is built
-    run_dir.check_vocab(directory, FLAGS.data_dir, lambda line: print(line, file=sys.stderr))
-  model = run_dir.build_model(hparams, spec)
+    settings.check_vocab(directory, FLAGS.data_dir, lambda line: print(line, file=sys.stderr))
+  model = model_factory.build_model(hparams, spec)
   print(f"Averaging {len(paths)} checkpoints: " + ", ".join(os.path.basename(p) for p in paths))
-  written = avg_checkpoints.average_checkpoints(
+  written = averaging.average_checkpoints(
       model, paths, output_path,
       model_source=f"the model of {RunDir(directory).hparams_file}",
       log=lambda line: print(line, file=sys.stderr, flush=True))

@@ -12,13 +12,11 @@ detokenized text, one segment per line.
 
 from __future__ import annotations
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from data_gen import file_io
-from t2t_keras import bleu
-from t2t_keras.cli import common_flags
-from t2t_keras.cli import file_checks
+from t2t_keras.cli import common_flags, file_checks
+from t2t_keras.scoring import bleu
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("translation", None, "Detokenized system output, one "

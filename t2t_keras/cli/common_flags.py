@@ -27,7 +27,7 @@ import sys
 
 from absl import flags
 
-from t2t_keras import errors
+from t2t_keras import errors, training
 
 # name: (kind, default, help[, enum values]).
 _EXPERIMENT = {
@@ -53,8 +53,7 @@ _EXPERIMENT = {
                    "Train from step 0 although --output_dir holds checkpoints: they are moved "
                    "to <output_dir>/replaced-<time>/ (nothing is deleted)."),
     "schedule": ("enum", "continuous_train_and_eval", "What the trainer runs.",
-                 ["train", "evaluate", "train_and_evaluate", "continuous_train_and_eval",
-                  "continuous_eval"]),
+                 list(training.SCHEDULES)),
     "keep_checkpoint_max": ("integer", 20, "Checkpoints to keep."),
     "worker_gpu": ("integer", None, "GPUs to use on this worker (default: all visible)."),
     "random_seed": ("integer", None, "Seed of initialization, dropout and data order."),
@@ -163,7 +162,8 @@ def load_trained_run():
   if FLAGS.model != "transformer":
     raise app.UsageError(f"--model={FLAGS.model}: only 'transformer' is implemented.")
   registry.import_usr_dir(FLAGS.t2t_usr_dir)
-  from t2t_keras import precision
+  from t2t_keras.perf import precision
+
   # The model computes in the precision asked for (weights stay float32 either way).
   precision.set_mixed_precision(FLAGS.mixed_precision)
   log = lambda line: print(line, file=sys.stderr, flush=True)

@@ -33,9 +33,10 @@ import sys
 
 from absl import app, flags
 
+from t2t_keras.cli import common_flags
+from t2t_keras.cli import file_checks
+
 FLAGS = flags.FLAGS
-from t2t_keras.cli import common_flags  # noqa: E402
-from t2t_keras.cli import file_checks  # noqa: E402
 
 common_flags.define_experiment_flags(common_flags.TRAINED_RUN_FLAGS + (
     "decode_hparams", "decode_from_file", "decode_to_file", "decode_reference"))
@@ -52,7 +53,7 @@ flags.DEFINE_bool("decode_use_cache", True, "Cached incremental decoding (else r
 flags.DEFINE_bool("decode_jit_compile", None,
                   "Compile decoding with XLA (true) or not (false). Unset: XLA only where it "
                   "pays for its compilations (long files, large float32 models; never "
-                  "bfloat16 nor --decode_interactive), as t2t_keras/perf/inference.py "
+                  "bfloat16 nor --decode_interactive), as t2t_keras/decoding/inference_choices.py "
                   "decides and explains.")
 flags.DEFINE_enum("engine", "tensorflow", ["tensorflow", "ctranslate2"],
                   "tensorflow: this project's decoder (T2T's search). ctranslate2: CTranslate2's "
@@ -98,7 +99,7 @@ def main(argv):
   prefixes = _read_prefixes(None if FLAGS.score_file or FLAGS.decode_interactive else lines)
   _check_engine_flags()
   common_flags.check_decode_hparams(decode_hp)  # those the run's model must allow
-  from t2t_keras import bleu, evalb
+  from t2t_keras.scoring import bleu, evalb
   run = common_flags.load_trained_run()
   problem = run.problem
   if FLAGS.engine == "ctranslate2":
@@ -169,9 +170,9 @@ def _check_engine_flags():
   if "," in (FLAGS.checkpoint_path or ""):
     raise app.UsageError(f"--checkpoint_path={FLAGS.checkpoint_path} is an ensemble; "
                          "CTranslate2 decodes one model: use --engine=tensorflow.")
-  from t2t_keras import ctranslate2_decode
+  from t2t_keras.export import ctranslate2_decoder
   try:
-    ctranslate2_decode.import_ctranslate2()
+    ctranslate2_decoder.import_ctranslate2()
   except ImportError as e:
     raise app.UsageError(f"--engine=ctranslate2: {e}") from None
   model_dir = FLAGS.ctranslate2_model_dir
@@ -182,7 +183,7 @@ def _check_engine_flags():
 
 def _ctranslate2_decoder(run, decode_hp):
   """A CTranslate2Decoder of --ctranslate2_model_dir, else of the run converted now."""
-  from t2t_keras import ctranslate2_export
+  from t2t_keras.export import ctranslate2
   if FLAGS.ctranslate2_model_dir:
     try:
       return run.decoder(decode_hp, "ctranslate2", compute_type=FLAGS.compute_type,
@@ -190,8 +191,8 @@ def _ctranslate2_decoder(run, decode_hp):
     except FileNotFoundError as e:
       raise app.UsageError(f"--ctranslate2_model_dir: {e}") from None
   try:
-    ctranslate2_export.check_convertible(run.hparams)
-  except ctranslate2_export.NotConvertibleError as e:
+    ctranslate2.check_convertible(run.hparams)
+  except ctranslate2.NotConvertibleError as e:
     raise app.UsageError(f"--engine=ctranslate2: {FLAGS.output_dir} cannot be converted: "
                          f"{e} Use --engine=tensorflow.") from None
   return run.decoder(decode_hp, "ctranslate2", compute_type=FLAGS.compute_type)
@@ -200,13 +201,13 @@ def _ctranslate2_decoder(run, decode_hp):
 def _run_problem():
   """The problem --output_dir was trained on, read from its run files (no model built)."""
   from data_gen import registry
-  from t2t_keras import run_dir
+  from t2t_keras.rundir import settings
   for name in ("data_dir", "output_dir"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
   try:
     registry.import_usr_dir(FLAGS.t2t_usr_dir)
-    _, problem_name, _ = run_dir.load_run_files(FLAGS.output_dir)
+    _, problem_name, _ = settings.load_run_files(FLAGS.output_dir)
     return registry.problem(problem_name, FLAGS.data_dir)
   # No hparams.json / run.json (not a training run); a bad --t2t_usr_dir, or a problem
   # it no longer registers.

@@ -30,13 +30,14 @@ from typing import List
 
 from absl import app, flags
 
+from data_gen import file_io
+from t2t_keras.cli import common_flags
+from t2t_keras.cli import demo_budget, quiet_logs
+from t2t_keras.cli.demo_budget import Stage
+from t2t_keras.perf import cpu_info
+from t2t_keras.rundir.files import RunDir
+
 FLAGS = flags.FLAGS
-from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once)
-from t2t_keras.run_layout import RunDir  # noqa: E402
-from data_gen import file_io  # noqa: E402
-from t2t_keras import cpu_info  # noqa: E402
-from t2t_keras.cli import demo_budget, quiet_logs  # noqa: E402
-from t2t_keras.cli.demo_budget import Stage  # noqa: E402
 
 flags.DEFINE_string("work_dir", "work", "Where data, runs, decodes, exports and plots go.")
 flags.DEFINE_string("flagfile_path", "flags/demo.flags", "Experiment set-up of the demo.")
@@ -90,7 +91,7 @@ def _done(path: str) -> bool:
 def main(argv):
   del argv
   from data_gen import manifest  # imports TensorFlow: counted as set-up
-  from t2t_keras import run_dir
+  from t2t_keras.rundir import settings
   demo_start = time.time()
   start = FLAGS.start_time or demo_start
   budget_s = FLAGS.budget_minutes * 60
@@ -110,7 +111,7 @@ def main(argv):
   t = _stage(f"2/7 Training ({FLAGS.flagfile_path}; resumes from the last checkpoint)")
   note = _train(work, data, run, flagfile, budget_s, start)
   stages.append(Stage("training", time.time() - t, note))
-  steps, stop_reason = run_dir.last_stop(run)
+  steps, stop_reason = settings.last_stop(run)
 
   t = _stage("3/7 Averaging the last checkpoints")
   averaged, averaged_steps = _average(run)
@@ -165,7 +166,7 @@ def _decode_and_score(data: str, run: str, flagfile: str, averaged: str, decode_
                       "reused" if reused else f"{_count_lines(source):,} sentences"))
 
   t = _stage("5/7 BLEU")
-  from t2t_keras import bleu
+  from t2t_keras.scoring import bleu
   variant = "all" if "all" in bleu.BLEU_VARIANTS else "both"  # "all" adds the paper's BLEU
   out = _run("t2t_keras.cli.bleu", f"--translation={hypotheses}", f"--reference={reference}",
              f"--bleu_variant={variant}", "--tokenize=intl", capture=True)
@@ -179,7 +180,7 @@ def _decode_and_score(data: str, run: str, flagfile: str, averaged: str, decode_
 def _train(work: str, data: str, run: str, flagfile: str, budget_s: float,
            start: float) -> str:
   """Trains for what the budget leaves (or what an earlier run left owed); a note."""
-  from t2t_keras import run_dir  # imports TensorFlow (after quiet_logs is set up)
+  from t2t_keras.rundir import settings  # imports TensorFlow (after quiet_logs is set up)
   estimates = demo_budget.after_training_estimates(
       _count_lines(os.path.join(data, f"{PROBLEM}.test.en")), *model_size(FLAGS.flagfile_path))
   elapsed = time.time() - start
@@ -211,7 +212,7 @@ def _train(work: str, data: str, run: str, flagfile: str, budget_s: float,
   t = time.time()
   _run("t2t_keras.cli.trainer", flagfile, f"--data_dir={data}", f"--output_dir={run}",
        f"--train_seconds={seconds:.0f}", *(["--mixed_precision=bfloat16"] if bf16 else []))
-  steps, reason = run_dir.last_stop(run)
+  steps, reason = settings.last_stop(run)
   done = {"train_seconds": round(seconds), "train_steps": target - trained}.get(
       reason, time.time() - t)
   file_io.write_text(ledger_path, json.dumps(

@@ -26,9 +26,10 @@ import sys
 
 from absl import app, flags
 
+from t2t_keras.cli import common_flags
+from t2t_keras.cli import file_checks
+
 FLAGS = flags.FLAGS
-from t2t_keras.cli import common_flags  # noqa: E402
-from t2t_keras.cli import file_checks  # noqa: E402
 
 common_flags.define_experiment_flags(common_flags.TRAINED_RUN_FLAGS + ("decode_hparams",))
 
@@ -50,6 +51,7 @@ def main(argv):
   common_flags.resolve_path_flags("data_dir", "output_dir", "checkpoint_path")
   from t2t_keras import trained_run
   from t2t_keras.hparams import create_decode_hparams
+
   # decode_hparams are baked into the graph, e.g. 'beam_size=4,alpha=0.6,return_beams=true'.
   try:  # T2T's sampling settings may come in --hparams too (sampling_method=random).
     decode_hp = create_decode_hparams(FLAGS.decode_hparams, FLAGS.hparams)
@@ -63,7 +65,7 @@ def main(argv):
     return
   common_flags.check_decode_hparams(decode_hp)  # those the run's model must allow
   beam_sizes = _beam_sizes(FLAGS.serving_beam_sizes)
-  from t2t_keras.run_layout import RunDir
+  from t2t_keras.rundir.files import RunDir
   export_dir = FLAGS.export_dir or RunDir(FLAGS.output_dir or "").export_dir
   try:
     trained_run.check_export_dir(export_dir)
@@ -89,20 +91,20 @@ def _beam_sizes(values) -> list:
 
 def _export_ctranslate2():
   """The run as a CTranslate2 model directory (refused by name where it cannot map)."""
-  from t2t_keras import ctranslate2_decode, ctranslate2_export
+  from t2t_keras.export import ctranslate2, ctranslate2_decoder
   if "," in (FLAGS.checkpoint_path or ""):
     raise app.UsageError(f"--checkpoint_path={FLAGS.checkpoint_path} is an ensemble; a "
                          "CTranslate2 model holds one: use --export_format=saved_model.")
   try:
-    ctranslate2_decode.import_ctranslate2()
+    ctranslate2_decoder.import_ctranslate2()
   except ImportError as e:
     raise app.UsageError(f"--export_format=ctranslate2: {e}") from None
-  export_dir = FLAGS.export_dir or ctranslate2_decode.default_model_dir(FLAGS.output_dir or "")
+  export_dir = FLAGS.export_dir or ctranslate2_decoder.default_model_dir(FLAGS.output_dir or "")
   file_checks.check_output_dir("export_dir", export_dir)
   run = common_flags.load_trained_run()
   try:
-    ctranslate2_export.check_convertible(run.hparams)
-  except ctranslate2_export.NotConvertibleError as e:
+    ctranslate2.check_convertible(run.hparams)
+  except ctranslate2.NotConvertibleError as e:
     raise app.UsageError(f"{FLAGS.output_dir} cannot be exported to CTranslate2: {e}") from None
   try:
     target = run.export_ctranslate2(export_dir)

@@ -49,9 +49,9 @@ def main(argv):
   for name in ("t2t_output_dir", "output_dir"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
-  from t2t_keras import t2t_import
+  from t2t_keras.t2t_import import importer
   try:
-    result = t2t_import.import_t2t_run(
+    result = importer.import_t2t_run(
         FLAGS.t2t_output_dir, FLAGS.output_dir, checkpoint_path=FLAGS.checkpoint_path,
         problem_name=FLAGS.problem, hparams_set=FLAGS.hparams_set,
         hparams_overrides=FLAGS.hparams, data_dir=FLAGS.data_dir,

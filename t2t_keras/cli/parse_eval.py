@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import sys
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from data_gen import file_io
-from t2t_keras import evalb
-from t2t_keras.cli import common_flags
-from t2t_keras.cli import file_checks
+from t2t_keras.cli import common_flags, file_checks
+from t2t_keras.scoring import evalb
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("gold", None, "Gold trees, one per line.")

@@ -26,14 +26,16 @@ import base64
 import json
 import re
 import sys
-import urllib.request
 from typing import Callable, List, Optional, Sequence
+import urllib.request
 
 from absl import app, flags
 
+from t2t_keras.cli import common_flags
+from t2t_keras.cli import file_checks
+
 FLAGS = flags.FLAGS
-from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once)
-from t2t_keras.cli import file_checks  # noqa: E402
+
 flags.DEFINE_string("server", None, "host:port of the model server (gRPC, or REST with --rest).")
 flags.DEFINE_string("servable_name", None, "The --model_name given to tensorflow_model_server.")
 flags.DEFINE_string("signature_name", "serving_default",
@@ -95,8 +97,8 @@ def signature_defaults(server: str, servable_name: str, signature: str, timeout_
   Raises:
     KeyError: the model has no such signature (the message lists those it has).
   """
-  import tensorflow as tf
   from google.protobuf import json_format
+  import tensorflow as tf
   from tensorflow.core.framework import tensor_pb2
   if rest:
     url = f"http://{server}/v1/models/{servable_name}/metadata"
@@ -161,14 +163,15 @@ def _row_texts(row, encoders: Optional[dict], n_best: Optional[int] = None) -> L
   empty input has n_best empty hypotheses), so every line has n_best columns.
   """
   import numpy as np
-  from t2t_keras import decoding
+
+  from t2t_keras.decoding import seq2seq
   if encoders is None:
     values = [row] if isinstance(row, (bytes, str)) else list(np.ravel(row))
     texts = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
   else:
     ids = np.asarray(row)
     ids = ids[None] if ids.ndim == 1 else ids
-    texts = [encoders["targets"].decode(decoding.strip_ids(r)) for r in ids]
+    texts = [encoders["targets"].decode(seq2seq.strip_ids(r)) for r in ids]
   return texts if n_best is None else texts[:n_best]
 
 
@@ -183,7 +186,7 @@ def translate(lines: Sequence[str], request_fn: Callable[[List], dict], batch_si
       then has n_best columns); None: every column of the response.
   """
   from data_gen.text_encoder import EOS_ID
-  from t2t_keras import export
+  from t2t_keras.export import saved_model
   if batch_size < 1:
     raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
   results = []
@@ -192,7 +195,7 @@ def translate(lines: Sequence[str], request_fn: Callable[[List], dict], batch_si
     if encoders is None:
       values = [line.encode("utf-8") for line in batch]
     else:
-      values = [export.make_example(encoders["inputs"].encode(line) + [EOS_ID])
+      values = [saved_model.make_example(encoders["inputs"].encode(line) + [EOS_ID])
                 for line in batch]
     response = request_fn(values)
     for row in response["outputs"]:

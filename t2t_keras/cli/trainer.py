@@ -20,13 +20,13 @@ import sys
 
 from absl import app, flags
 
-FLAGS = flags.FLAGS
+from t2t_keras.cli import common_flags
+from t2t_keras.cli import file_checks
+from t2t_keras.perf import process
+from t2t_keras.rundir.files import RunDir
+from t2t_keras.training import stopping
 
-from t2t_keras import stopping  # noqa: E402
-from t2t_keras.cli import common_flags  # noqa: E402
-from t2t_keras.cli import file_checks  # noqa: E402
-from t2t_keras.perf import process  # noqa: E402
-from t2t_keras.run_layout import RunDir  # noqa: E402
+FLAGS = flags.FLAGS
 
 # Every experiment flag but the decoder's --checkpoint_path and --decode_to_file.
 common_flags.define_experiment_flags([name for name in common_flags.EXPERIMENT_FLAGS
@@ -57,8 +57,9 @@ def _check_and_train(signals: stopping.StopSignals):
     raise app.UsageError(f"--model={FLAGS.model}: only 'transformer' is implemented.")
   if FLAGS.decode_from_file:  # BLEU in evaluation: its files are checked now, not at step N
     _check_bleu_files()
-  from t2t_keras import run_training
-  _, summary = run_training.train_and_summarize(
+  from t2t_keras.training import runner  # TensorFlow: not for --help
+  summary = {}
+  runner.train(
       FLAGS.problem, FLAGS.hparams_set, FLAGS.data_dir, FLAGS.output_dir, FLAGS.hparams,
       train_steps=FLAGS.train_steps, train_seconds=FLAGS.train_seconds,
       strategy=FLAGS.distribution_strategy, worker_gpu=FLAGS.worker_gpu,
@@ -74,7 +75,7 @@ def _check_and_train(signals: stopping.StopSignals):
       decode_reference=FLAGS.decode_reference, t2t_usr_dir=FLAGS.t2t_usr_dir,
       stop_signals=signals,
       # after tf.data's malloc setting, made in the first step
-      after_first_step=process.keep_freed_memory)
+      after_first_step=process.keep_freed_memory, summary=summary)
   if summary.get("stop_reason") == "signal":
     who = signals.name or "a signal to another worker"
     print(f"Stopped by {who} at step {summary['step']} with a checkpoint saved; run the same "

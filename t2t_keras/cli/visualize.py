@@ -15,9 +15,10 @@ import sys
 
 from absl import app, flags
 
+from t2t_keras.cli import common_flags
+from t2t_keras.cli import file_checks
+
 FLAGS = flags.FLAGS
-from t2t_keras.cli import common_flags  # noqa: E402  (shared flags; define_once)
-from t2t_keras.cli import file_checks  # noqa: E402
 
 common_flags.define_once("string", "output_dir", None, "Training run directory (hparams.json, run.json, "
                     "checkpoints, TensorBoard logs).")
@@ -57,7 +58,7 @@ def _open_run(output_dir: str, checkpoint_path, data_dir: str):
 
 def _attention_pictures(hparams, problem_name: str, plot_dir: str) -> list:
   from data_gen import registry
-  from t2t_keras import visualize
+  from t2t_keras.decoding import visualize
 
   kinds = visualize.KINDS if FLAGS.kind == "all" else (FLAGS.kind,)
   head = None if FLAGS.all_heads else FLAGS.head
@@ -95,18 +96,19 @@ def main(argv):
     raise app.UsageError("--sentence needs --data_dir (the problem's vocabulary).")
   if FLAGS.all_heads and FLAGS.head is not None:
     raise app.UsageError("Give --head or --all_heads, not both.")
-  from t2t_keras import run_dir, visualize
+  from t2t_keras.decoding import visualize
+  from t2t_keras.rundir import settings
 
   try:  # before the slow model building
     visualize.check_matplotlib()
   except ImportError as e:
     raise app.UsageError(str(e)) from None
-  from t2t_keras.run_layout import RunDir
+  from t2t_keras.rundir.files import RunDir
   plot_dir = FLAGS.plot_dir or RunDir(FLAGS.output_dir).plots_dir
   file_checks.check_output_dir("plot_dir" if FLAGS.plot_dir else "output_dir", plot_dir)
   if FLAGS.sentence is not None:
     try:
-      hparams, problem_name, _ = run_dir.load_run_files(FLAGS.output_dir)
+      hparams, problem_name, _ = settings.load_run_files(FLAGS.output_dir)
     except FileNotFoundError as e:
       raise app.UsageError(str(e)) from e
     for path in _attention_pictures(hparams, problem_name, plot_dir):

@@ -18,7 +18,7 @@ its own; the CPU classes are those of `docs/performance.md`.
 | `dropout.dropout`: two 16-bit draws per 32-bit random word | training with a dropout rate > 0 | half the random-number work (the generator was 12% of a mixed bfloat16 transformer_base step, AMX); rate exact to 2^-17 in bfloat16 | `bench/bench_train.py` |
 | `buffers.new_buffer`, `buffers.write_rows`, `buffers.written_prefix`: decoding's key/value buffers written in place, and attention reading only the written prefix | cached decoding in a graph (not eager, not XLA) | no copy of the buffers per step; the prefix read instead of the whole masked buffer | `bench/bench_decode.py` |
 | `search.compiled_extensions`: the beam step's log-softmax and top-k compiled with XLA | beam search in a graph (not eager, not XLA, not a portable graph) | 6% of a mixed bfloat16 beam step (AMX) | `bench/bench_decode.py` |
-| `inference.inference_model`: a mixed-bfloat16 model decodes through a twin holding bfloat16 weights, built by `run_dir.build_model(dtype="bfloat16")` | the decoder and the BLEU eval hook decoding a `mixed_bfloat16` model (the SavedModel keeps the mixed model) | 1.10× (Zen 5), 1.54× (AMX) decoding sentences/s | `bench/bench_decode_bound.py` |
+| `inference.inference_model`: a mixed-bfloat16 model decodes through a twin holding bfloat16 weights, built by `model_factory.build_model(dtype="bfloat16")` | the decoder and the BLEU eval hook decoding a `mixed_bfloat16` model (the SavedModel keeps the mixed model) | 1.10× (Zen 5), 1.54× (AMX) decoding sentences/s | `bench/bench_decode_bound.py` |
 | `inference.decode_with_xla`, `inference.xla_length`: XLA for long float32 decodes, input lengths padded to buckets | decoding with `--decode_jit_compile` unset, float32, hidden ≥ 512, ≥ 2,000 lines | worst case float32 XLA 3.0-3.6× Model Garden against 2.1× for the graph (Zen 4, Zen 5) | `bench/bench_decode.py` |
 | `process.enable_onednn`: TensorFlow's oneDNN kernels on every x86-64 CPU | every command, unless `TF_ENABLE_ONEDNN_OPTS` is set | transformer_base step 1.4× on AVX2-only CPUs | `bench/bench_vs_model_garden.py` |
 | `process.keep_freed_memory`: glibc keeps freed blocks below 32 MiB for reuse | training under glibc, unless the user set malloc thresholds | 50-67 thousand page faults a float32 transformer_base step → 1,000-1,800 (Zen 5) | `bench/bench_train.py` |
@@ -87,3 +87,9 @@ def plain_ops() -> bool:
   raise ValueError(f"{PLAIN_OPS_ENV}={os.environ[PLAIN_OPS_ENV]!r}: set it to 1 to use "
                    "stock TensorFlow/Keras ops everywhere, or 0 (or unset it) for the "
                    "special cases listed in t2t_keras/perf/__init__.py.")
+
+
+def __getattr__(name):
+  # inference, moved to decoding.inference_choices in 1.0, for one release.
+  from t2t_keras import old_paths  # pylint: disable=g-import-not-at-top
+  return old_paths.package_getattr(__name__, name)

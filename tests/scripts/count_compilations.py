@@ -33,10 +33,10 @@ sys.path.insert(0, repo)
 
 import tensorflow as tf  # noqa: E402
 
-import t2t_keras  # noqa: E402
 from data_gen import registry  # noqa: E402
+import t2t_keras  # noqa: E402
 from t2t_keras import hparams as hparams_lib  # noqa: E402
-from t2t_keras import inputs  # noqa: E402
+from t2t_keras.training import inputs  # noqa: E402
 from tests.support.tiny_problem import make_tiny_problem  # noqa: E402
 
 HPARAMS = ("num_hidden_layers=1,hidden_size=16,filter_size=32,num_heads=2,batch_size=256,"

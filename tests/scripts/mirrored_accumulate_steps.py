@@ -24,10 +24,10 @@ tf.config.set_logical_device_configuration(
     cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
 
 sys.path.insert(0, sys.argv[1])
-from tests.support.step_utils import batches, concat, run_steps, split_rows  # noqa: E402
 from t2t_keras.hparams import create_hparams  # noqa: E402
-from t2t_keras.run_dir import ModelSpec  # noqa: E402
-from t2t_keras.training import Trainer  # noqa: E402
+from t2t_keras.rundir.settings import ModelSpec  # noqa: E402
+from t2t_keras.training.trainer import Trainer  # noqa: E402
+from tests.support.step_utils import batches, concat, run_steps, split_rows  # noqa: E402
 
 hparams, steps, out_path = sys.argv[2], int(sys.argv[3]), sys.argv[4]
 hp = create_hparams("transformer_tiny", hparams)

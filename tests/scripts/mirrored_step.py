@@ -14,10 +14,10 @@ tf.config.set_logical_device_configuration(
     cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
 
 sys.path.insert(0, sys.argv[1])
-from tests.support.step_utils import LINEAR_ADAM, batches, one_step  # noqa: E402
 from t2t_keras.hparams import create_hparams  # noqa: E402
-from t2t_keras.run_dir import ModelSpec  # noqa: E402
-from t2t_keras.training import Trainer  # noqa: E402
+from t2t_keras.rundir.settings import ModelSpec  # noqa: E402
+from t2t_keras.training.trainer import Trainer  # noqa: E402
+from tests.support.step_utils import LINEAR_ADAM, batches, one_step  # noqa: E402
 
 hp = create_hparams("transformer_tiny", LINEAR_ADAM)
 spec = ModelSpec(40, 40, 3)
@@ -28,6 +28,7 @@ single.model.set_weights(mirrored.model.get_weights())
 start = [np.array(w) for w in single.model.get_weights()]
 one_step(mirrored, [a, b])
 from tests.support.step_utils import concat  # noqa: E402
+
 one_step(single, [concat([a, b])])
 diff = max(np.abs(x - y).max() for x, y in zip(mirrored.model.get_weights(),
                                                single.model.get_weights()))

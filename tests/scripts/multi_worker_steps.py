@@ -21,8 +21,8 @@ import os  # noqa: E402
 import numpy as np  # noqa: E402
 
 from t2t_keras.hparams import create_hparams  # noqa: E402
-from t2t_keras.run_dir import ModelSpec  # noqa: E402
-from t2t_keras.training import Trainer, create_strategy  # noqa: E402
+from t2t_keras.rundir.settings import ModelSpec  # noqa: E402
+from t2t_keras.training.trainer import Trainer, create_strategy  # noqa: E402
 from tests.support.step_utils import batches, run_steps, split_rows  # noqa: E402
 
 hparams, steps, out_path = sys.argv[2], int(sys.argv[3]), sys.argv[4]

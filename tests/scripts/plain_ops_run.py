@@ -13,9 +13,9 @@ under "w:" + its variable path.
 import os
 import sys
 
-from t2t_keras import training
+from t2t_keras.training import trainer as trainer_lib
 
-_real_step, _losses = training.Trainer.train_step, []
+_real_step, _losses = trainer_lib.Trainer.train_step, []
 
 
 def _recording_step(self, iterator):
@@ -25,7 +25,7 @@ def _recording_step(self, iterator):
 
 
 def main(out_path: str, source_path: str, trainer_flags: list) -> None:
-  training.Trainer.train_step = _recording_step
+  trainer_lib.Trainer.train_step = _recording_step
   sys.argv = ["t2t_keras_trainer", *trainer_flags]
   from t2t_keras.cli import trainer
   try:
@@ -37,10 +37,11 @@ def main(out_path: str, source_path: str, trainer_flags: list) -> None:
   import tensorflow as tf
 
   from data_gen import registry
-  from t2t_keras import decoding, run_dir
+  from t2t_keras.decoding import seq2seq
   from t2t_keras.hparams import create_decode_hparams
+  from t2t_keras.rundir import model_factory
   flags = dict(f[2:].split("=", 1) for f in trainer_flags)
-  model, _, problem, _, _ = run_dir.load_trained_model(flags["output_dir"])
+  model, _, problem, _, _ = model_factory.load_trained_model(flags["output_dir"])
   encoder = registry.problem(problem, flags["data_dir"]).feature_encoders(
       flags["data_dir"])["inputs"]
   with open(source_path, encoding="utf-8") as f:
@@ -49,7 +50,7 @@ def main(out_path: str, source_path: str, trainer_flags: list) -> None:
   for i, row in enumerate(rows):
     inputs[i, :len(row)] = row
   decode_hp = create_decode_hparams("beam_size=4,alpha=0.6,extra_length=10,return_beams=true")
-  ids, scores = decoding.make_decode_fn(model, decode_hp, use_cache=True)(tf.constant(inputs))
+  ids, scores = seq2seq.make_decode_fn(model, decode_hp, use_cache=True)(tf.constant(inputs))
   arrays = {"loss": np.array(_losses), "ids": ids.numpy(), "scores": scores.numpy()}
   arrays.update({"w:" + v.path: v.numpy() for v in model.weights})
   temporary = out_path + ".tmp.npz"

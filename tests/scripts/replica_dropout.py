@@ -22,8 +22,11 @@ tf.config.set_logical_device_configuration(
 
 sys.path.insert(0, sys.argv[1])
 import keras  # noqa: E402
-from t2t_keras import perf, run_dir, training  # noqa: E402
+
+from t2t_keras import perf
 from t2t_keras.hparams import create_hparams  # noqa: E402
+from t2t_keras.rundir import model_factory, settings
+from t2t_keras.training import trainer  # noqa: E402
 
 DROPOUT = ("layer_prepostprocess_dropout=0.3,attention_dropout=0.3,relu_dropout=0.3,"
            "num_hidden_layers=1,hidden_size=32,filter_size=64,num_heads=2")
@@ -36,12 +39,12 @@ for plain in ("0", "1"):
   for build in range(2):
     with strategy.scope():
       keras.utils.set_random_seed(1)
-      model = run_dir.build_model(create_hparams("transformer_tiny", DROPOUT),
-                                  run_dir.ModelSpec(40, 40, 3))
+      model = model_factory.build_model(create_hparams("transformer_tiny", DROPOUT),
+                                  settings.ModelSpec(40, 40, 3))
     for jit in (False, True):
       logits = lambda b: model(b, training=True)  # noqa: E731
       if jit:
-        logits = training._on_replica_device(tf.function(logits, jit_compile=True))  # pylint: disable=protected-access
+        logits = trainer._on_replica_device(tf.function(logits, jit_compile=True))  # pylint: disable=protected-access
       out = tf.function(lambda b: strategy.run(logits, args=(b,)))(batch)  # pylint: disable=cell-var-from-loop
       for r, value in enumerate(strategy.experimental_local_results(out)):
         arrays[f"plain{plain}_build{build}_jit{int(jit)}_replica{r}"] = value.numpy()

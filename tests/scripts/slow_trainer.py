@@ -8,9 +8,9 @@ A slow step lets a test send a signal that reliably arrives during a known step.
 import sys
 import time
 
-from t2t_keras import training
+from t2t_keras.training import trainer as trainer_lib
 
-_real_step, _pause = training.Trainer.train_step, float(sys.argv[1])
+_real_step, _pause = trainer_lib.Trainer.train_step, float(sys.argv[1])
 
 
 def _slow_step(self, iterator):
@@ -19,7 +19,7 @@ def _slow_step(self, iterator):
   return out
 
 
-training.Trainer.train_step = _slow_step
+trainer_lib.Trainer.train_step = _slow_step
 sys.argv = ["t2t_keras_trainer"] + sys.argv[2:]
 
 from t2t_keras.cli import trainer  # noqa: E402

@@ -32,12 +32,12 @@ def main(commit: str) -> None:
     from tests.support.trained_fixture import train_tiny_run
   except ImportError:  # commits before tests/support/
     from tests.trained_fixture import train_tiny_run
-  from t2t_keras import decoding
+  from t2t_keras.decoding import seq2seq
   from t2t_keras.hparams import DecodeHParams
   try:
-    from t2t_keras.run_dir import load_trained_model
+    from t2t_keras.rundir.model_factory import load_trained_model
   except ImportError:  # commits before run_dir.py (b829728 wrote tests/data/main_checkpoint)
-    from t2t_keras.experiment import load_trained_model
+    from t2t_keras.training.schedules import load_trained_model
   root = tempfile.mkdtemp()
   run_dir, _ = train_tiny_run(root, steps=STEPS, overrides=OVERRIDES)
   if os.path.exists(OUT):
@@ -56,9 +56,9 @@ def main(commit: str) -> None:
   logits = model({"inputs": inputs, "targets": targets}, training=False).numpy()
   decode_hp = DecodeHParams(beam_size=2, alpha=0.6, extra_length=4)
   # Commits before the sampling settings moved to DecodeHParams also took the model hparams.
-  takes_hparams = "hparams" in inspect.signature(decoding.make_decode_fn).parameters
+  takes_hparams = "hparams" in inspect.signature(seq2seq.make_decode_fn).parameters
   extra = (hp,) if takes_hparams else ()
-  ids, scores = decoding.make_decode_fn(model, decode_hp, *extra)(tf.constant(inputs))
+  ids, scores = seq2seq.make_decode_fn(model, decode_hp, *extra)(tf.constant(inputs))
   np.savez(os.path.join(OUT, "expected.npz"), inputs=inputs, targets=targets, logits=logits,
            beam_ids=ids.numpy(), beam_scores=scores.numpy())
   variables = sorted(name for name, _ in tf.train.list_variables(path))

@@ -9,7 +9,7 @@ import collections
 import numpy as np
 import tensorflow as tf
 
-from t2t_keras import decoding
+from t2t_keras.decoding import seq2seq
 from t2t_keras.hparams import create_hparams
 from t2t_keras.model import Transformer
 from tests.support import near_ties
@@ -35,11 +35,11 @@ def id_rows(rng, vocab, lengths):
 def assert_cached_logits_equal_recomputation(model, x, steps=8):
   """Each step's logits with the cache equal those recomputed from the whole prefix."""
   enc, bias = model.encode(x)
-  slow_state = decoding.initial_state(model, enc, bias, steps, use_cache=False)
+  slow_state = seq2seq.initial_state(model, enc, bias, steps, use_cache=False)
   fast_state = model.init_decoding_state(enc, bias, steps)
   ids = np.zeros([x.shape[0], steps + 1], np.int32)
-  fast_fn = decoding.make_symbols_to_logits_fn(model, True)
-  slow_fn = decoding.make_symbols_to_logits_fn(model, False)
+  fast_fn = seq2seq.make_symbols_to_logits_fn(model, True)
+  slow_fn = seq2seq.make_symbols_to_logits_fn(model, False)
   for i in range(steps):
     fast, fast_state = fast_fn(tf.constant(ids), i, fast_state)
     slow, _ = slow_fn(tf.constant(ids), i, slow_state)

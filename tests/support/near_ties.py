@@ -163,10 +163,10 @@ def text_margin_of(model, encoders, lines: Sequence[str], decode_hp: str,
   lines encoded as `TextDecoder` encodes them (ids + EOS). stop_early False where every
   beam is returned (T2T's top_beams > 1). An empty line has no choice to part at: inf,
   so any difference there fails."""
-  from t2t_keras import decode_text  # pylint: disable=g-import-not-at-top
+  from t2t_keras.decoding import text_decoder  # pylint: disable=g-import-not-at-top
   from t2t_keras.hparams import create_decode_hparams  # pylint: disable=g-import-not-at-top
   dhp = create_decode_hparams(decode_hp)
-  encode = decode_text.LineDecoder(encoders, dhp)._encode  # pylint: disable=protected-access
+  encode = text_decoder.LineDecoder(encoders, dhp)._encode  # pylint: disable=protected-access
   rows = [encode(line)[0] for line in lines]
   margin_of = model_margin_of(model, rows, dhp.beam_size, dhp.alpha, dhp.extra_length,
                               model.target_vocab_size, stop_early)

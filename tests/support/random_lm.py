@@ -3,9 +3,10 @@ target batches: what the LM tests compare with tests/support/t2t_numpy_lm.py."""
 
 import numpy as np
 
-from t2t_keras import run_dir, t2t_import
 from t2t_keras.hparams import create_hparams
-from t2t_keras.run_dir import ModelSpec
+from t2t_keras.rundir import model_factory
+from t2t_keras.rundir.settings import ModelSpec
+from t2t_keras.t2t_import import importer
 
 VOCAB = 37
 SMALL = ("num_hidden_layers=2,hidden_size=16,filter_size=24,num_heads=2,"
@@ -13,10 +14,10 @@ SMALL = ("num_hidden_layers=2,hidden_size=16,filter_size=24,num_heads=2,"
 
 
 def lm(hparams_set="transformer_base", overrides="", vocab=VOCAB, seed=0):
-  """A built LM (through run_dir.build_model, as trainer and decoder build it) with
+  """A built LM (through model_factory.build_model, as trainer and decoder build it) with
   every variable set to random values."""
   hp = create_hparams(hparams_set, SMALL + ("," + overrides if overrides else ""))
-  model = run_dir.build_model(hp, ModelSpec(vocab, vocab, 0, has_inputs=False))
+  model = model_factory.build_model(hp, ModelSpec(vocab, vocab, 0, has_inputs=False))
   rng = np.random.default_rng(seed)
   for v in model.trainable_variables:
     v.assign(rng.normal(0.0, 0.5, v.shape).astype(np.float32))
@@ -25,7 +26,7 @@ def lm(hparams_set="transformer_base", overrides="", vocab=VOCAB, seed=0):
 
 def t2t_tensors(model):
   """The model's weights under T2T's checkpoint names (what T2TNumpyLM reads)."""
-  tensors = {name: v.numpy() for name, v in t2t_import.body_variable_map(model).items()}
+  tensors = {name: v.numpy() for name, v in importer.body_variable_map(model).items()}
   hp = model.hparams
   roles = ({"shared": model.softmax} if hp.shared_embedding_and_softmax_weights else
            {"target_emb": model.target_modality, "softmax": model.softmax})

@@ -56,7 +56,7 @@ def import_t2t_run(run_dir):
 def open_imported_run(run_dir):
   """(model, hparams, problem name, ModelSpec, encoders) of an imported run."""
   import t2t_keras
-  from t2t_keras import run_dir as run_dir_lib
+  from t2t_keras.rundir import settings as run_dir_lib
   opened = t2t_keras.open_run(run_dir)  # an imported run holds its vocabulary
   spec = run_dir_lib.load_run_files(run_dir)[2]
   return opened.model, opened.hparams, opened.problem.name, spec, opened.encoders

@@ -23,21 +23,22 @@ def train_tiny_run(root: str, steps: int = 400, overrides: str = SMALL, seed: in
     (run_dir, data_dir): run_dir holds hparams.json, run.json and checkpoints.
   """
   from data_gen import registry
-  from t2t_keras import experiment, run_dir
   from t2t_keras.hparams import create_hparams
-  from t2t_keras.training import Trainer, create_strategy
+  from t2t_keras.rundir import settings
+  from t2t_keras.training import schedules
+  from t2t_keras.training.trainer import Trainer, create_strategy
   data_dir = data_dir or make_tiny_problem(root)
   problem = registry.problem("translate_from_files", data_dir)
   enc = problem.feature_encoders(data_dir)
   hp = create_hparams("transformer_tiny", overrides)
-  spec = run_dir.ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
+  spec = settings.ModelSpec(enc["inputs"].vocab_size, enc["targets"].vocab_size, 0)
   output_dir = os.path.join(root, "run")
-  run_dir.save_or_check_run_files(output_dir, hp, "translate_from_files", spec,
-                                  run_dir.vocab_record(problem, data_dir, enc), data_dir=data_dir)
+  settings.save_or_check_run_files(output_dir, hp, "translate_from_files", spec,
+                                  settings.vocab_record(problem, data_dir, enc), data_dir=data_dir)
   tf.keras.utils.set_random_seed(seed)
   trainer = Trainer(hp, spec, create_strategy("one_device"), train_steps=steps)
-  config = experiment.RunConfig(output_dir=output_dir, train_steps=steps,
+  config = schedules.RunConfig(output_dir=output_dir, train_steps=steps,
                                 local_eval_frequency=steps, random_seed=seed)
-  experiment.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
+  schedules.Experiment(trainer, config, problem.filepattern(data_dir, "train"), None,
                         log=lambda line: None).train()
   return output_dir, data_dir

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from data_gen.text_encoder import EOS_ID, PAD_ID
-from t2t_keras import sampling, text_args
+from t2t_keras.decoding import sampling, text_args
 
 _FORCED_OFF = -1e9  # T2T's forced-logit value for every id but the prompt's
 

@@ -23,13 +23,13 @@ import numpy as np
 import tensorflow as tf
 
 from data_gen.text_encoder import PAD_ID
-
-from t2t_keras import errors, losses, metrics, run_dir
-from t2t_keras import flops as flops_lib
+from t2t_keras import errors
 from t2t_keras.hparams import HParams
-from t2t_keras.optimization import T2TLearningRateSchedule, create_optimizer
-from t2t_keras.run_dir import ModelSpec
-
+from t2t_keras.perf import flops as flops_lib
+from t2t_keras.rundir import model_factory
+from t2t_keras.rundir.settings import ModelSpec
+from t2t_keras.training import losses, metrics
+from t2t_keras.training.optimization import T2TLearningRateSchedule, create_optimizer
 
 # The former name of the error a diverged training raises.
 NonFiniteLossError = errors.DivergenceError
@@ -109,7 +109,7 @@ class Trainer:
     self.accumulate_steps = max(1, hparams.optimizer_multistep_accumulate_steps)
     self.schedule = T2TLearningRateSchedule(hparams, train_steps)  # the optimizer's too
     with strategy.scope():
-      self.model = run_dir.build_model(hparams, spec)
+      self.model = model_factory.build_model(hparams, spec)
       # We all-reduce and clip the gradients ourselves (see _replica_reduce).
       optimizer = create_optimizer(hparams, schedule=self.schedule, all_reduced=True,
                                    clip=False, adam_step_offset=adam_step_offset)

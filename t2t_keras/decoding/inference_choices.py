@@ -4,7 +4,7 @@ The twin. A "mixed_bfloat16" model keeps float32 weights and casts each to
 bfloat16 at every use: in a decoding loop every step re-casts every weight (the
 32k x 512 embedding too), which cost more thread time than the matmuls on a
 2-core Sapphire Rapids. Decoding therefore runs a twin built by
-`run_dir.build_model(..., dtype="bfloat16")` holding the same weights cast once;
+`model_factory.build_model(..., dtype="bfloat16")` holding the same weights cast once;
 its layer norms keep float32 scale and offset as in mixed precision
 (`layers.layer_norm.LayerNorm`), so run op by op it gives the mixed model's
 logits bit for bit; in a graph the mixed model's casts are fused into its
@@ -34,7 +34,9 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from t2t_keras import ensemble, perf, run_dir
+from t2t_keras import perf
+from t2t_keras.decoding import ensemble
+from t2t_keras.rundir import model_factory, settings
 
 XLA_LENGTH_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 AUTO_XLA_MIN_LINES = 2000
@@ -59,9 +61,9 @@ def inference_model(model: Any) -> Any:
   dtype = inference_dtype(model)
   if dtype is None:
     return model
-  spec = run_dir.ModelSpec(model.input_vocab_size, model.target_vocab_size,
+  spec = settings.ModelSpec(model.input_vocab_size, model.target_vocab_size,
                            model.target_space_id)
-  twin = run_dir.build_model(model.hparams, spec, dtype=dtype, name=model.name)
+  twin = model_factory.build_model(model.hparams, spec, dtype=dtype, name=model.name)
   if [v.path for v in twin.weights] != [v.path for v in model.weights]:
     raise ValueError("the bfloat16 twin's variables differ from the model's: "
                      f"{[v.path for v in twin.weights][:5]}... vs "

@@ -27,9 +27,9 @@ import numpy as np
 import tensorflow as tf
 
 from t2t_keras.hparams import HParams, create_hparams, list_hparams_sets
-from t2t_keras.run_layout import RunDir
-from t2t_keras.t2t_import_hparams import (T2T_INERT_HPARAMS, T2T_REQUIRED_VALUES,  # noqa: F401
-                                          hparams_from_t2t, overrides_for, read_t2t_flags)
+from t2t_keras.rundir.files import RunDir
+from t2t_keras.t2t_import.t2t_hparams import (T2T_INERT_HPARAMS, T2T_REQUIRED_VALUES,
+                                              hparams_from_t2t, overrides_for, read_t2t_flags)
 
 # Variables of a T2T checkpoint that are not model weights.
 _IGNORED_VARIABLE_RE = re.compile(
@@ -504,8 +504,9 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
      "hparams", "t2t_global_step", "adam_slots", "adam_step_offset"}.
   """
   from data_gen import file_io, registry
-  from t2t_keras import checkpoints, run_dir
-  from t2t_keras.training import Trainer
+  from t2t_keras import checkpoints
+  from t2t_keras.rundir import settings
+  from t2t_keras.training.trainer import Trainer
   if tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir):
     raise ValueError(f"--output_dir={output_dir} exists and is not empty; give a new directory.")
   flags = read_t2t_flags(t2t_output_dir)
@@ -539,10 +540,10 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
     if target_space_id is None:
       with checkpoints.reading(source):
         target_space_id = _choose_target_space(problem, source, hp, log)
-    spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
+    spec = settings.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
                              target_space_id)
-    run_dir.save_or_check_run_files(tmp, hp, problem.name, spec,
-                                    run_dir.vocab_record(problem, tmp, encoders))
+    settings.save_or_check_run_files(tmp, hp, problem.name, spec,
+                                    settings.vocab_record(problem, tmp, encoders))
     # The schedule is not used here; train_steps only has to be valid for it.
     trainer = Trainer(hp, spec, tf.distribute.get_strategy(),
                       train_steps=hp.learning_rate_warmup_steps + 1)

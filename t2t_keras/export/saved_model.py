@@ -64,7 +64,8 @@ import tensorflow as tf
 from data_gen import file_io
 from data_gen.graph_text_encoder import GraphSubwordEncoder, is_valid_utf8
 from data_gen.text_encoder import EOS_ID, PAD_ID
-from t2t_keras import decode_text, decoding, errors, perf
+from t2t_keras import errors, perf
+from t2t_keras.decoding import seq2seq, text_decoder
 from t2t_keras.hparams import DecodeHParams, HParams
 from t2t_keras.model import Transformer
 
@@ -75,7 +76,7 @@ EXAMPLE_INPUT_KEY = "input"  # T2T's receiver tensor key
 WARMUP_FILENAME = "tf_serving_warmup_requests"
 WARMUP_SENTENCES = ("Hello world.", "")
 INVALID_UTF8_ERROR = "input is not valid UTF-8; send UTF-8 text"
-_BREAKS_PATTERN = "[%s]" % "".join("\\x{%x}" % ord(c) for c in decode_text.OUTPUT_BREAKS)
+_BREAKS_PATTERN = "[%s]" % "".join("\\x{%x}" % ord(c) for c in text_decoder.OUTPUT_BREAKS)
 STALE_EXPORT_SECONDS = 24 * 3600
 SETTING_KEYS = ("alpha", "extra_length", "n_best")
 
@@ -87,7 +88,7 @@ def settings_signature(beam_size: int) -> str:
 
 def truncation_message(decode_hp: DecodeHParams) -> str:
   """The `errors` entry of a text row cut by `max_input_size` ("" when nothing is cut)."""
-  cap = decode_text.input_cap(decode_hp)
+  cap = text_decoder.input_cap(decode_hp)
   if cap is None:
     return ""
   return (f"input cut to {cap} subword tokens + EOS (max_input_size="
@@ -157,7 +158,7 @@ class ServingModule(tf.Module):
     self.model_variables = [v.value for v in model.variables]
     self._model_fn = lambda: model  # a closure, so the Keras model is not tracked
     self.decode_hp = decode_hp
-    self.cap = decode_text.input_cap(decode_hp)
+    self.cap = text_decoder.input_cap(decode_hp)
     self.input_encoder = GraphSubwordEncoder(vocab_files["inputs"])
     if os.path.abspath(vocab_files["targets"]) == os.path.abspath(vocab_files["inputs"]):
       self.target_encoder = self.input_encoder
@@ -253,8 +254,8 @@ class ServingModule(tf.Module):
   def _decode_rows(self, hp: DecodeHParams, ids: tf.Tensor, empty: tf.Tensor,
                    alpha: tf.Tensor, extra_length: tf.Tensor, n_best: tf.Tensor):
     """Masked (ids, scores) of `decode_ids` with each row's settings `[batch]`."""
-    rows = decoding.RowSettings(alpha, extra_length, n_best)
-    out, scores = decoding.decode_ids(self._model_fn(), ids, hp, use_cache=True, rows=rows)
+    rows = seq2seq.RowSettings(alpha, extra_length, n_best)
+    out, scores = seq2seq.decode_ids(self._model_fn(), ids, hp, use_cache=True, rows=rows)
     return _mask_empty(out, scores, empty)
 
   def _serve_rows(self, decode, beam_size: int, inputs: tf.Tensor, alpha: tf.Tensor,

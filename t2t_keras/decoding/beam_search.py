@@ -45,12 +45,12 @@ import numpy as np
 import tensorflow as tf
 
 from data_gen.text_encoder import EOS_ID
+from t2t_keras.decoding.search_utils import (IntOrTensor, SearchOutput, SymbolsToLogitsFn,
+                                             check_decode_length, check_logits, check_positive_int,
+                                             check_state, init_id_buffer, item_decode_lengths,
+                                             write_column)
 from t2t_keras.decoding_state import DecodingState
 from t2t_keras.perf import search
-from t2t_keras.search_utils import (IntOrTensor, SearchOutput, SymbolsToLogitsFn,
-                                    check_decode_length, check_logits, check_positive_int,
-                                    check_state, init_id_buffer, item_decode_lengths,
-                                    write_column)
 
 INF = 1.0 * 1e7
 

@@ -1,8 +1,8 @@
 """A training run: T2T's schedules over a Trainer, with checkpoints and summaries.
 
-`output_dir` holds what a run needs to resume and what decoder and exporter read
-(run_dir.py describes the files): `hparams.json`, `run.json`, checkpoints
-`ckpt-<step>` kept by `tf.train.CheckpointManager`, and TensorBoard logs (train
+`output_dir` holds what a run needs to resume and what decoder and exporter read:
+`rundir.files.RunDir` lists its files. Training writes the checkpoints
+`ckpt-<step>` through `tf.train.CheckpointManager` and TensorBoard logs (train
 in `output_dir`, evaluation in `output_dir/eval`).
 
 TF writes each checkpoint completely before it updates the `checkpoint` state
@@ -15,7 +15,7 @@ and a run never falls back to step 0 while checkpoints exist unless asked to
 file that this run did not write is overwritten. The `ckpt-<step>_temp/` left by
 a killed save is removed on start; a save that fails (a full disk) removes what
 it wrote and raises `errors.StorageError`. Experiment takes no lock: the trainer
-CLI holds `run_lock.RunLock` on `output_dir` around it.
+CLI holds `rundir.lock.RunLock` on `output_dir` around it.
 
 Training stops with `errors.DivergenceError` (exit status 3) at the first step
 whose loss or gradient norm is not finite (under float16 loss scaling, whose
@@ -26,7 +26,7 @@ before, like damaged ones). Otherwise training stops at `train_steps`, after
 `train_seconds` of training wall time
 (a resumed run gets a fresh budget) or on a stop request (SIGTERM, Ctrl-C);
 each stop saves a checkpoint (a signal with no step unsaved exits at once,
-see stopping.py), and `run.json` records `start_step`,
+see `stopping.py`), and `run.json` records `start_step`,
 `stop_reason` and `stop_step`. Under MultiWorkerMirroredStrategy the stop decision is all-reduced
 every step, so all workers stop after the same step, and each worker's input
 pipeline reads its own part of the records (`worker_dataset`).
@@ -41,14 +41,11 @@ from typing import Callable, Dict, Optional
 
 import tensorflow as tf
 
-from t2t_keras import checkpoints, errors
-from t2t_keras import inputs as inputs_lib
-from t2t_keras import perf, run_dir, training
-from t2t_keras.run_layout import RunDir
-from t2t_keras.training import Trainer
-
-SCHEDULES = ("train", "evaluate", "train_and_evaluate", "continuous_train_and_eval",
-             "continuous_eval")
+from t2t_keras import checkpoints, errors, perf
+from t2t_keras.rundir import settings
+from t2t_keras.rundir.files import RunDir
+from t2t_keras.training import SCHEDULES, inputs as inputs_lib, trainer as trainer_lib
+from t2t_keras.training.trainer import Trainer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +116,7 @@ class Experiment:
     self.clock = clock
     self._after_first_step = after_first_step
     strategy = trainer.strategy
-    self.is_chief = _is_chief(strategy)
+    self.is_chief = is_chief(strategy)
     self.checkpoint = tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer)
     self.paths = RunDir(config.output_dir)
     self.ckpt_dir = self.paths.checkpoint_dir if self.is_chief else self.paths.worker_dir(
@@ -311,7 +308,7 @@ class Experiment:
         if eval_every and reason != "signal":  # a signalled job may have seconds left
           self.evaluate()
     if self.is_chief:
-      run_dir.record_stop(cfg.output_dir, reason, start_step, step)
+      settings.record_stop(cfg.output_dir, reason, start_step, step)
     wall = time.time() - start_time
     summary = {"steps": step - start_step, "tokens": tokens, "wall_time_s": wall,
                "final_loss": last.get("loss", float("nan")), "stop_reason": reason}
@@ -336,8 +333,8 @@ class Experiment:
     if not what:
       return
     if self.is_chief:
-      run_dir.record_stop(self.config.output_dir, "diverged", start_step, step)
-    raise training.divergence_error(step, what, self._last_finite)
+      settings.record_stop(self.config.output_dir, "diverged", start_step, step)
+    raise trainer_lib.divergence_error(step, what, self._last_finite)
 
   def _stop_reason(self, step: int, budget_start: float) -> str:
     """Why training stops after `step` ("" to go on), the same on every worker."""
@@ -440,7 +437,7 @@ def worker_dataset(pattern: str, hparams, mode: str, ctx: tf.distribute.InputCon
                                  pad_to_bucket=pad_to_bucket)
 
 
-def _is_chief(strategy) -> bool:
+def is_chief(strategy) -> bool:
   resolver = getattr(strategy, "cluster_resolver", None)
   if resolver is None or not resolver.task_type:
     return True

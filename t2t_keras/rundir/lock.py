@@ -22,8 +22,7 @@ import time
 from typing import Callable, Optional
 
 from t2t_keras import errors
-
-from t2t_keras.run_layout import RunDir
+from t2t_keras.rundir.files import RunDir
 
 LOCK_NAME = os.path.basename(RunDir("").lock_file)
 

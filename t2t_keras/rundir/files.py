@@ -2,23 +2,24 @@
 
 A run directory (`t2t_keras_trainer --output_dir`) holds
 
-  hparams.json            every model and training hparam (`run_dir.py` writes it)
-  run.json                the run's identity and its last stop (`run_dir.py`)
-  checkpoint, ckpt-<N>.*  the checkpoints (`experiment.py`; a checkpoint directory's
+  hparams.json            every model and training hparam (`settings.py` writes it)
+  run.json                the run's identity and its last stop (`settings.py`)
+  checkpoint, ckpt-<N>.*  the checkpoints (`training/schedules.py`; a checkpoint directory's
                           own layout, damaged/ and replaced-*/ included, is
                           `checkpoints.py`'s, as it holds for any such directory)
   events.*, eval/         TensorBoard logs of training and of evaluation
   superseded/             checkpoint files found in the way of a save, moved aside
   tmp_worker_<N>/         a non-chief worker's own checkpoints and logs
-  .trainer.lock           one trainer at a time (`run_lock.py`)
-  t2t_import.json, trainer_flags.txt   a run imported from T2T (`t2t_import.py`)
+  .trainer.lock           one trainer at a time (`lock.py`)
+  t2t_import.json, trainer_flags.txt   a run imported from T2T (`t2t_import/importer.py`)
   averaged/               averaged checkpoints (`t2t_keras_avg_checkpoints`):
                           from-step-<N>/averaged.ckpt averages checkpoints up to step N
   export/<version>/       SavedModels for TF Serving (`t2t_keras_exporter`)
   export_ctranslate2/     the CTranslate2 model directory
   plots/                  `t2t_keras_visualize`'s figures
 
-Every module asks a `RunDir` for these paths rather than joining names itself.
+This table is the one description of a run directory: every module asks a `RunDir`
+for these paths rather than joining names itself.
 No TensorFlow here: paths only, so a CLI's `--help` stays fast.
 """
 
@@ -26,6 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+
+HPARAMS_FILE = "hparams.json"
+RUN_FILE = "run.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,11 +42,11 @@ class RunDir:
 
   @property
   def hparams_file(self) -> str:
-    return self._join("hparams.json")
+    return self._join(HPARAMS_FILE)
 
   @property
   def run_file(self) -> str:
-    return self._join("run.json")
+    return self._join(RUN_FILE)
 
   @property
   def checkpoint_dir(self) -> str:

@@ -30,13 +30,12 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from data_gen import file_io, tokenizer
+from data_gen import tokenizer
 from data_gen.text_encoder import EOS_ID, PAD_ID
-from t2t_keras import bleu as bleu_lib
-from t2t_keras import decoding, ensemble, hparams_checks
+from t2t_keras import hparams_checks
+from t2t_keras.decoding import ensemble, inference_choices, seq2seq
 from t2t_keras.hparams import DecodeHParams
 from t2t_keras.model import Transformer
-from t2t_keras.perf import inference
 
 DEFAULT_FILE_BATCH_SIZE = 32  # T2T: decode_hparams.batch_size=0 means 32 from a file
 # Characters that break a line (`str.splitlines`) or a tab-separated column; never
@@ -108,14 +107,14 @@ class LineDecoder:
   def _pad(rows: List[List[int]], jit_compile: bool = False) -> np.ndarray:
     length = max(len(r) for r in rows)
     if jit_compile:
-      length = inference.xla_length(length)  # few distinct shapes -> few XLA compilations
+      length = inference_choices.xla_length(length)  # few distinct shapes -> few XLA compilations
     return np.array([r + [PAD_ID] * (length - len(r)) for r in rows], np.int32)
 
   def _format(self, ids, scores, aligned=None) -> str:
     """One output line: the top ids, or with return_beams every beam's (and score);
     with `aligned` (per hypothesis its Pharaoh string) each text + " ||| " + it."""
     def decode(row, alignment=None):
-      text = self.encoders["targets"].decode(decoding.strip_ids(row))
+      text = self.encoders["targets"].decode(seq2seq.strip_ids(row))
       clean = clean_output(text)
       self.cleaned += clean != text
       return clean if alignment is None else f"{clean}{ALIGNMENT_SEPARATOR}{alignment}"
@@ -270,14 +269,14 @@ class TextDecoder(LineDecoder):
     # weights are cast again at each decode_lines, so that a trainer's BLEU hook sees
     # the weights of its step.
     self._inference = None
-    self.score_fn = tf.function(lambda x, y: decoding.score_targets(model, x, y),
+    self.score_fn = tf.function(lambda x, y: seq2seq.score_targets(model, x, y),
                                 input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2)
 
   def decode_fn(self, jit_compile: bool, with_prefix: bool = False) -> Callable:
     """The decoding tf.function with or without XLA (and a prefix input), made once."""
     key = (jit_compile, with_prefix)
     if key not in self._decode_fns:
-      fn = decoding.make_decode_fn(self.model, self.decode_hp, use_cache=self.use_cache,
+      fn = seq2seq.make_decode_fn(self.model, self.decode_hp, use_cache=self.use_cache,
                                    jit_compile=jit_compile, decoded_model=self._inference,
                                    with_prefix=with_prefix)
       self._decode_fns[key], self._inference = fn, fn.decoded_model
@@ -286,11 +285,11 @@ class TextDecoder(LineDecoder):
   def _start(self, count: int) -> None:
     self._jit = self.jit_compile
     if self._jit is None:
-      self._jit = inference.decode_with_xla(self.model, count)
+      self._jit = inference_choices.decode_with_xla(self.model, count)
     fresh = self._inference is None
     self.decode_fn(self._jit)
     if not fresh and self._inference is not self.model:
-      inference.copy_weights(self.model, self._inference)
+      inference_choices.copy_weights(self.model, self._inference)
 
   def _decode_batch(self, rows, prefixes=None):
     inputs = tf.constant(self._pad(rows, self._jit))
@@ -302,7 +301,7 @@ class TextDecoder(LineDecoder):
     return ids.numpy(), scores.numpy()
 
   def _align(self, rows, ids):
-    from t2t_keras import alignments
+    from t2t_keras.decoding import alignments
     hp = self.decode_hp
     if not hp.return_beams:
       return alignments.alignments(self.model, self.encoders, rows, list(ids),
@@ -316,33 +315,3 @@ class TextDecoder(LineDecoder):
 
   def _score_batch(self, sources, targets):
     return self.score_fn(tf.constant(self._pad(sources)), tf.constant(self._pad(targets)))
-
-
-def make_bleu_hook(model: Transformer, encoders: Dict, decode_hp: DecodeHParams, source: str,
-                   reference: str, max_lines: int = 0,
-                   paper_language: Optional[str] = None) -> Callable[[int], Dict[str, float]]:
-  """fn(step) -> {"bleu": sacrebleu BLEU} decoding `source` (first `max_lines`).
-
-  With `paper_language` (the target language, e.g. "de") the dict also has
-  "bleu_tokenized": the paper's tokenized BLEU (`bleu.paper_bleu`), cheap next
-  to the decoding.
-  """
-  sources = file_io.read_lines(source, name="source")
-  references = file_io.read_lines(reference, name="reference")
-  if len(sources) != len(references):
-    raise ValueError(f"{source} has {len(sources)} lines but {reference} has "
-                     f"{len(references)}.")
-  if max_lines:
-    sources, references = sources[:max_lines], references[:max_lines]
-  decoder = TextDecoder(model, encoders, decode_hp, log=lambda line: None)
-
-  def hook(step: int) -> Dict[str, float]:
-    del step
-    hypotheses = decoder.decode_lines(sources)
-    score, _ = bleu_lib.corpus_bleu(hypotheses, references, tokenize="intl")
-    if paper_language is None:
-      return {"bleu": score}
-    paper = bleu_lib.paper_bleu(hypotheses, references, language=paper_language)
-    return {"bleu": score, "bleu_tokenized": paper.score}
-
-  return hook

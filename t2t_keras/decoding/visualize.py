@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from data_gen import file_io
 from data_gen.text_encoder import EOS_ID
-from t2t_keras import decoding
+from t2t_keras.decoding import seq2seq
 from t2t_keras.hparams import DecodeHParams
 from t2t_keras.model import Transformer
 
@@ -99,7 +99,7 @@ def greedy_decode(model: Transformer, input_ids, extra_length: int = 50) -> List
 
   @tf.function(autograph=False)  # Plain tf.while_loop inside; conversion is slow.
   def run(inputs):
-    return decoding.decode_ids(model, inputs, decode_hp)[0]
+    return seq2seq.decode_ids(model, inputs, decode_hp)[0]
 
   ids = run(inputs).numpy()[0].tolist()
   return ids[:ids.index(EOS_ID) + 1] if EOS_ID in ids else ids
@@ -348,7 +348,7 @@ def plot_training_curves(output_dir: str, path: str, size: Tuple[int, int] = CUR
     ValueError: no `loss` scalar in either directory.
   """
   train = read_scalars(output_dir)
-  from t2t_keras.run_layout import RunDir
+  from t2t_keras.rundir.files import RunDir
   eval_dir = RunDir(output_dir).eval_dir
   evals = read_scalars(eval_dir) if tf.io.gfile.isdir(eval_dir) else {}
   if "loss" not in train and "loss" not in evals:

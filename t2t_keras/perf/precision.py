@@ -13,7 +13,7 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from t2t_keras import cpu_info
+from t2t_keras.perf import cpu_info
 
 POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 

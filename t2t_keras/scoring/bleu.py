@@ -24,8 +24,8 @@ import math
 import re
 from typing import Sequence
 
-import sacremoses
 from sacrebleu.metrics import BLEU
+import sacremoses
 from sacremoses.corpus import NonbreakingPrefixes
 
 from data_gen import file_io

@@ -30,8 +30,8 @@ import numpy as np
 
 from data_gen.text_encoder import EOS_ID
 from t2t_keras import errors
-from t2t_keras.ctranslate2_export import INFO_FILE, MAX_POSITIONS
-from t2t_keras.decode_text import LineDecoder
+from t2t_keras.decoding.text_decoder import LineDecoder
+from t2t_keras.export.ctranslate2 import INFO_FILE, MAX_POSITIONS
 from t2t_keras.hparams import DecodeHParams
 
 COMPUTE_TYPES = ("float32", "int8", "int8_float32")
@@ -177,5 +177,5 @@ class CTranslate2Decoder(LineDecoder):
 
 def default_model_dir(output_dir: str) -> str:
   """Where `t2t_keras_exporter --export_format=ctranslate2` writes by default."""
-  from t2t_keras.run_layout import RunDir
+  from t2t_keras.rundir.files import RunDir
   return RunDir(output_dir).ctranslate2_dir

@@ -25,11 +25,10 @@ from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from data_gen.text_encoder import EOS_ID, PAD_ID
-from t2t_keras import beam_search, sampling
+from t2t_keras.decoding import beam_search, inference_choices, sampling
 from t2t_keras.decoding_state import DecodingState, Memory
 from t2t_keras.hparams import DecodeHParams
 from t2t_keras.model import Transformer
-from t2t_keras.perf import inference
 
 
 def _input_lengths(inputs: tf.Tensor) -> tf.Tensor:
@@ -169,7 +168,7 @@ def make_decode_fn(model: Transformer, decode_hp: DecodeHParams, use_cache: bool
   what it runs; pass it back as `decoded_model` to share it between functions
   (its weights are a snapshot: `inference.copy_weights` refreshes them).
   """
-  decoded = decoded_model if decoded_model is not None else inference.inference_model(model)
+  decoded = decoded_model if decoded_model is not None else inference_choices.inference_model(model)
   fn = functools.partial(decode_ids, decoded, decode_hp=decode_hp, use_cache=use_cache)
   if with_prefix:
     fn = functools.partial(lambda f, inputs, prefix: f(inputs, prefix=prefix), fn)

@@ -21,9 +21,9 @@ import numpy as np
 import tensorflow as tf
 
 from data_gen import file_io
-from t2t_keras import checkpoints as checkpoints_lib
-from t2t_keras import errors, run_dir
+from t2t_keras import checkpoints as checkpoints_lib, errors
 from t2t_keras.model import Transformer
+from t2t_keras.rundir import settings
 
 # A temporary untouched this long has no live writer, even one on another host.
 STALE_SECONDS = 24 * 3600
@@ -103,13 +103,13 @@ def _run_files(directory: str) -> dict:
   """hparams.json and run.json of `directory`, flat, without the last training's status
   and without the set and overrides recorded (hparams.json holds what they built)."""
   out = {}
-  for name in (run_dir.HPARAMS_FILE, run_dir.RUN_FILE):
+  for name in (settings.HPARAMS_FILE, settings.RUN_FILE):
     path = os.path.join(directory, name)
     if tf.io.gfile.exists(path):
       with tf.io.gfile.GFile(path) as f:
         out.update(json.load(f))
   return {k: v for k, v in out.items()
-          if k not in run_dir.STATUS_KEYS + run_dir.RECIPE_KEYS}
+          if k not in settings.STATUS_KEYS + settings.RECIPE_KEYS}
 
 
 def average_checkpoints(model: Transformer, paths: Sequence[str], output_path: str,

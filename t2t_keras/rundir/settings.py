@@ -1,26 +1,19 @@
-"""The run directory: what training writes there, and the model rebuilt from it.
+"""What a run directory records: its hparams and run.json, and what they are checked against.
 
-`--output_dir` of a training run (its paths: `run_layout.RunDir`) holds
-
-  hparams.json        `HParams.to_json()`: every model and training hparam (T2T names)
-  run.json            the run's identity, written when training starts and
-                      checked on resume: `problem` and the `ModelSpec` fields
-                      (`input_vocab_size`, `target_vocab_size`, `target_space_id`),
-                      `vocab`: per vocab file (one when inputs and targets share it)
-                      its name, the features using it, size and SHA-256;
-                      `hparams_set` and `hparams`: the set and overrides the run
-                      started with (a resume given neither takes the run's);
-                      and the last training's status, written when it stops:
-                      `start_step`, `stop_reason` (one of STOP_REASONS), `stop_step`
-  checkpoint, ckpt-<step>.*   `tf.train.CheckpointManager` (experiment.py;
-                      damaged ones are set aside by checkpoints.py)
-  events.*, eval/     TensorBoard logs
+`hparams.json` holds `HParams.to_json()`: every model and training hparam (T2T names).
+`run.json` holds the run's identity, written when training starts and checked on
+resume: `problem` and the `ModelSpec` fields (`input_vocab_size`,
+`target_vocab_size`, `target_space_id`, `has_inputs`); `vocab`: per vocab file (one
+when inputs and targets share it) its name, the features using it, size and
+SHA-256; `hparams_set` and `hparams`: the set and overrides the run started with
+(a resume given neither takes the run's); and the last training's status, written
+when it stops: `start_step`, `stop_reason` (one of STOP_REASONS), `stop_step`.
+Where each file of a run directory is: `files.RunDir`.
 
 Trainer, decoder, exporter, averager, visualizer and the T2T importer read and
-write these files only through this module, and build the model only with
-`build_model`, whose layer name `transformer` is part of every checkpoint key.
-Before building a model on a `--data_dir`, they call `check_vocab`: ids mean
-nothing with another vocabulary, even one of the same size.
+write these two files only through this module, and build the model only through
+`model_factory`. Before building a model on a `--data_dir`, they call
+`check_vocab`: ids mean nothing with another vocabulary, even one of the same size.
 """
 
 from __future__ import annotations
@@ -29,19 +22,16 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
 from data_gen import file_io
-from t2t_keras import checkpoints, errors
+from t2t_keras import errors
 from t2t_keras.errors import RunError
 from t2t_keras.hparams import HParams
-from t2t_keras.run_layout import RunDir
+from t2t_keras.rundir.files import HPARAMS_FILE, RUN_FILE, RunDir
 
-HPARAMS_FILE = os.path.basename(RunDir("").hparams_file)
-RUN_FILE = os.path.basename(RunDir("").run_file)
 # run.json: the problem's registered name, beside the ModelSpec fields.
 PROBLEM_KEY = "problem"
 # run.json: [{"file", "features", "size", "sha256"}], one entry per vocab file.
@@ -57,7 +47,6 @@ RECIPE_KEYS = (HPARAMS_SET_KEY, OVERRIDES_KEY)
 # run.json entries that change from one training invocation to the next.
 STATUS_KEYS = ("start_step", "stop_reason", "stop_step", DATA_DIR_KEY)
 STOP_REASONS = ("train_steps", "train_seconds", "signal", "diverged")
-MODEL_NAME = "transformer"  # the Keras name of the model: the first part of its variable paths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,24 +60,6 @@ class ModelSpec:
   target_vocab_size: int
   target_space_id: int = 0
   has_inputs: bool = True
-
-
-def build_model(hparams: HParams, spec: ModelSpec, dtype: Optional[str] = None,
-                name: str = MODEL_NAME):
-  """The Transformer of `hparams` for the problem `spec`, with its variables created.
-
-  Call it inside a strategy's scope to place the variables there. `dtype`: a
-  Keras dtype policy name; None takes the global policy (`precision.py`).
-  Decoding builds its bfloat16 twin this way (`perf.inference`).
-  """
-  if not spec.has_inputs:
-    from t2t_keras.lm_model import build_language_model
-    return build_language_model(hparams, spec.target_vocab_size, dtype=dtype, name=name)
-  from t2t_keras.model import Transformer  # Keras only when a model is built (the demo reads run.json)
-  model = Transformer(hparams, spec.input_vocab_size, spec.target_vocab_size,
-                      spec.target_space_id, name=name, dtype=dtype)
-  model.build()
-  return model
 
 
 def _path(output_dir: str, name: str) -> str:
@@ -437,98 +408,3 @@ def _parse_run_file(output_dir: str, name: str, parse: Callable[[str], object]):
     return parse(text)
   except (ValueError, TypeError, AttributeError, KeyError) as e:  # JSONDecodeError: ValueError
     raise _damaged(output_dir, name, " ".join(str(e).split()) or type(e).__name__) from None
-
-
-def _checkpoint_to_load(output_dir: str, checkpoint_path: Optional[str],
-                        log: Optional[Callable[[str], None]]) -> str:
-  """The checkpoint prefix `load_trained_model` reads (see its Args)."""
-  path = checkpoint_path
-  if path and tf.io.gfile.isdir(path):
-    directory, path = path, None
-  else:
-    directory = output_dir
-  if path:
-    try:
-      checkpoints.verify_checkpoint(path)
-      checkpoints.check_finite_weights(path)
-    except checkpoints.CheckpointError as e:
-      raise type(e)(f"Checkpoint {path} is not usable: {e}.") from None
-    return path
-  path, damaged = checkpoints.newest_loadable(directory)
-  if path is None:
-    detail = f" ({checkpoints.describe(damaged)})" if damaged else ""
-    raise checkpoints.CheckpointError(
-        f"No loadable checkpoint in {directory}{detail}: train with t2t_keras_trainer "
-        f"--output_dir={output_dir}, or pass --checkpoint_path.")
-  if damaged and log is not None:
-    log(f"WARNING: skipped damaged, partial or non-finite checkpoint(s): "
-        f"{checkpoints.describe(damaged)}; using {path}.")
-  return path
-
-
-def load_trained_model(output_dir: str, checkpoint_path: Optional[str] = None,
-                       log: Optional[Callable[[str], None]] = None):
-  """Rebuilds the model of a run from hparams.json/run.json and restores weights.
-
-  Args:
-    output_dir: the training run directory.
-    checkpoint_path: a checkpoint prefix (e.g. an averaged one) or a directory of
-      checkpoints; default: the newest loadable checkpoint of `output_dir` whose
-      weights are finite.
-    log: receives a warning when newer checkpoints were skipped as damaged or
-      non-finite.
-  Returns:
-    (model, hparams, problem_name, spec, checkpoint_path).
-  Raises:
-    FileNotFoundError: no hparams.json in `output_dir`.
-    checkpoints.CheckpointError: no checkpoint, or an explicit one that is
-      damaged or partial (naming the file) or holds NaN or inf (naming the variable).
-  """
-  hparams, problem, spec = load_run_files(output_dir)
-  path = _checkpoint_to_load(output_dir, checkpoint_path, log)
-  model = build_model(hparams, spec)
-  _restore(model, path, output_dir)
-  return model, hparams, problem, spec, path
-
-
-def _restore(model, path: str, output_dir: str) -> None:
-  """Reads the model's weights from checkpoint `path`.
-
-  Raises:
-    checkpoints.CheckpointError: `path` holds another model (other hparams or
-      vocab), naming a variable and both shapes, or one the checkpoint lacks.
-  """
-  fix = (f"give a checkpoint of the run in {output_dir} (same hparams.json and vocab), "
-         "or the --output_dir of the run that wrote it.")
-  try:
-    # read(), not restore(): averaged checkpoints hold no save_counter; the
-    # optimizer's slots are not needed.
-    with checkpoints.reading(path):
-      tf.train.Checkpoint(model=model).read(path).expect_partial() \
-          .assert_existing_objects_matched()
-  except checkpoints.CheckpointError:
-    raise
-  except ValueError as e:
-    checkpoints.silence_unrestored_warnings(e)
-    # Shapes print with spaces: "(76, 16)".
-    match = re.search(r"incompatible tensor with shape (\(.*?\)) when attempting to restore "
-                      r"variable with shape (\(.*?\)) and name (\S+?)(?::0)?\.", str(e))
-    if match is None:
-      if "incompatible" not in str(e):
-        raise
-      raise checkpoints.CheckpointError(
-          f"Checkpoint {path} holds another model ({' '.join(str(e).split())[:300]}); "
-          f"{fix}") from None
-    raise checkpoints.CheckpointError(
-        f"Checkpoint {path} holds another model: variable {match.group(3)} has shape "
-        f"{match.group(1)} there but {match.group(2)} in this run's model; {fix}") from None
-  except AssertionError as e:
-    checkpoints.silence_unrestored_warnings(e)
-    count = re.search(r"Found (\d+) Python objects", str(e))
-    first = re.search(r"path=(\S+), shape=(\(.*?\))", str(e))
-    what = (f"variable {first.group(1)} of shape {first.group(2)}" if first else
-            " ".join(str(e).split())[:200])
-    more = f" and {int(count.group(1)) - 1} more" if count and first else ""
-    raise checkpoints.CheckpointError(
-        f"Checkpoint {path} holds another model: it has no value for {what}{more} of "
-        f"this run's model; {fix}") from None

@@ -11,21 +11,45 @@ setting and input is checked before anything is written to `output_dir`; the
 run directory is locked while the chief trains; calling it again on the same
 `output_dir` resumes from the newest checkpoint, as running the command again does.
 A resume needs only `output_dir`: problem, hparams_set, hparams and data_dir default
-to those the run recorded (`run_dir.resolve_run_settings`); given ones must agree.
+to those the run recorded (`rundir.settings.resolve_run_settings`); given ones must agree.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
+import keras
+import tensorflow as tf
+
+from data_gen import registry
 from t2t_keras import errors
+from t2t_keras.hparams import create_decode_hparams
+from t2t_keras.perf import precision
+from t2t_keras.rundir import lock, settings as settings_lib
+from t2t_keras.scoring import bleu
+from t2t_keras.trained_run import TrainedRun
+from t2t_keras.training import (TRAINING_SCHEDULES, bleu_hook, optimization, schedules,
+                                trainer as trainer_lib)
 
-TRAINING_SCHEDULES = ("train", "train_and_evaluate", "continuous_train_and_eval")
 
-
-def train(*args, **kwargs):
+def train(problem: Optional[str] = None, hparams_set: Optional[str] = None,
+          data_dir: Optional[str] = None, output_dir: Optional[str] = None, hparams: str = "",
+          train_steps: int = 250000, train_seconds: float = 0.0,
+          strategy=None,
+          worker_gpu: Optional[int] = None, schedule: str = "continuous_train_and_eval",
+          eval_steps: int = 100, local_eval_frequency: int = 1000,
+          keep_checkpoint_max: int = 20, random_seed: Optional[int] = None,
+          log_every_steps: int = 100, start_over: bool = False, jit_compile: bool = False,
+          mixed_precision: Optional[str] = None, allow_tf32: Optional[bool] = None,
+          decode_hparams: str = "",
+          eval_bleu: bool = False, eval_bleu_max_lines: int = 200,
+          decode_from_file: Optional[str] = None, decode_reference: Optional[str] = None,
+          t2t_usr_dir: Optional[str] = None, stop_signals=None,
+          after_first_step: Optional[Callable[[], None]] = None,
+          log: Callable[[str], None] = lambda line: print(line, flush=True),
+          summary: Optional[Dict] = None) -> Optional[TrainedRun]:
   """Trains (or resumes) the run `output_dir`; returns it opened (`open_run`).
 
   Args:
@@ -43,6 +67,8 @@ def train(*args, **kwargs):
     after_first_step: called once, after the first training step (the trainer
       command passes its malloc set-up, `keep_freed_memory`).
     log: receives the progress lines.
+    summary: a dict that receives the schedule's summary (`stop_reason`, `step`, the
+      last losses), for the trainer command, which exits by the stop reason.
   Returns:
     the `TrainedRun` of `output_dir` (None for the evaluation-only schedules and on
     non-chief workers, which write no checkpoint of their own).
@@ -52,36 +78,9 @@ def train(*args, **kwargs):
     errors.RunError: another trainer holds `output_dir`, a damaged run file.
     errors.DivergenceError: the loss, a gradient or a weight became non-finite.
   """
-  return train_and_summarize(*args, **kwargs)[0]
-
-
-def train_and_summarize(problem: Optional[str] = None, hparams_set: Optional[str] = None,
-          data_dir: Optional[str] = None, output_dir: Optional[str] = None, hparams: str = "",
-          train_steps: int = 250000, train_seconds: float = 0.0,
-          strategy=None,
-          worker_gpu: Optional[int] = None, schedule: str = "continuous_train_and_eval",
-          eval_steps: int = 100, local_eval_frequency: int = 1000,
-          keep_checkpoint_max: int = 20, random_seed: Optional[int] = None,
-          log_every_steps: int = 100, start_over: bool = False, jit_compile: bool = False,
-          mixed_precision: Optional[str] = None, allow_tf32: Optional[bool] = None,
-          decode_hparams: str = "",
-          eval_bleu: bool = False, eval_bleu_max_lines: int = 200,
-          decode_from_file: Optional[str] = None, decode_reference: Optional[str] = None,
-          t2t_usr_dir: Optional[str] = None, stop_signals=None,
-          after_first_step: Optional[Callable[[], None]] = None,
-          log: Callable[[str], None] = lambda line: print(line, flush=True)):
-  """`train`, returning (TrainedRun or None, the schedule's summary: its
-  `stop_reason`, ...), for the trainer command, which exits by the stop reason."""
-  import keras
-  import tensorflow as tf
-
-  from data_gen import registry
-  from t2t_keras import experiment, optimization, precision, run_dir, training
-  from t2t_keras.hparams import create_decode_hparams
-
   if not isinstance(strategy, tf.distribute.Strategy):
     try:  # multi_worker_mirrored must come before any other TensorFlow op
-      strategy = training.create_strategy(strategy, worker_gpu)
+      strategy = trainer_lib.create_strategy(strategy, worker_gpu)
     except ValueError as e:  # more worker_gpu than GPUs
       raise errors.ConfigError(str(e)) from None
   if stop_signals is not None:
@@ -93,9 +92,9 @@ def train_and_summarize(problem: Optional[str] = None, hparams_set: Optional[str
       raise ValueError("--output_dir is required.")
     registry.import_usr_dir(t2t_usr_dir)
     # The run's problem and hparams when resuming; checks the schedule too.
-    settings = run_dir.resolve_run_settings(output_dir, problem, hparams_set, hparams)
+    settings = settings_lib.resolve_run_settings(output_dir, problem, hparams_set, hparams)
     problem, hparams_set, hp = settings.problem, settings.hparams_set, settings.hparams
-    data_dir = data_dir or (run_dir.recorded_data_dir(output_dir) if settings.resuming else None)
+    data_dir = data_dir or (settings_lib.recorded_data_dir(output_dir) if settings.resuming else None)
     if not data_dir:
       raise ValueError(f"--data_dir is required: {output_dir} records no data_dir that "
                        "still exists." if settings.resuming else "--data_dir is required.")
@@ -103,7 +102,7 @@ def train_and_summarize(problem: Optional[str] = None, hparams_set: Optional[str
     precision.set_mixed_precision(precision.mode_for(
         hp.activation_dtype, mixed_precision or "none", mixed_precision is not None))
     precision.set_tf32(allow_tf32)
-    config = experiment.RunConfig(
+    config = schedules.RunConfig(
         output_dir=output_dir, train_steps=train_steps, eval_steps=eval_steps,
         local_eval_frequency=local_eval_frequency, keep_checkpoint_max=keep_checkpoint_max,
         random_seed=random_seed, log_every_steps=log_every_steps,
@@ -119,29 +118,28 @@ def train_and_summarize(problem: Optional[str] = None, hparams_set: Optional[str
         prob.feature_encoders(data_dir)
       raise
     encoders = prob.feature_encoders(data_dir)
-    vocab = run_dir.check_vocab(output_dir, data_dir, log, prob, resuming=True)
+    vocab = settings_lib.check_vocab(output_dir, data_dir, log, prob, resuming=True)
     has_inputs = getattr(prob, "has_inputs", True)
     _check_language_model(prob.name, has_inputs, hp, bool(eval_bleu or decode_from_file))
     bleu_files = _bleu_files(prob, data_dir, eval_bleu, decode_from_file, decode_reference)
   except ValueError as e:
     raise errors.ConfigError(str(e)) from None
-  spec = run_dir.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
+  spec = settings_lib.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
                            prob.target_space_id, has_inputs)
-  chief = experiment._is_chief(strategy)  # pylint: disable=protected-access
+  chief = schedules.is_chief(strategy)
   with _run_dir_lock(output_dir, schedule, chief, log):  # before anything is written
-    trainer = training.Trainer(hp, spec, strategy, train_steps, jit_compile,
-                               adam_step_offset=run_dir.adam_step_offset(output_dir))
+    trainer = trainer_lib.Trainer(hp, spec, strategy, train_steps, jit_compile,
+                               adam_step_offset=settings_lib.adam_step_offset(output_dir))
     eval_hook = None
     if bleu_files:
-      from t2t_keras import bleu, decode_text
-      eval_hook = decode_text.make_bleu_hook(
+      eval_hook = bleu_hook.make_bleu_hook(
           trainer.model, encoders, decode_hp, *bleu_files, max_lines=eval_bleu_max_lines,
           # the paper's tokenized BLEU too, where Moses knows the language
           paper_language=bleu.paper_language(prob.target_lang))
       if bleu.paper_language(prob.target_lang) is None:
         log("eval BLEU: " + bleu.paper_not_computed(prob.target_lang))
     try:
-      run_dir.save_or_check_run_files(output_dir, hp, prob.name, spec, vocab,
+      settings_lib.save_or_check_run_files(output_dir, hp, prob.name, spec, vocab,
                                       data_dir=data_dir, hparams_set=hparams_set,
                                       overrides=settings.overrides)
     except ValueError as e:  # another run's hparams or problem in output_dir
@@ -152,21 +150,21 @@ def train_and_summarize(problem: Optional[str] = None, hparams_set: Optional[str
     warning = optimization.unfinished_warmup(hp, train_steps)
     if warning and schedule in TRAINING_SCHEDULES:
       log(warning)
-    log(f"{problem} / {hparams_set or run_dir.HPARAMS_FILE}: "
+    log(f"{problem} / {hparams_set or settings_lib.HPARAMS_FILE}: "
         f"{trainer.model.count_params():,} parameters, "
         f"{strategy.num_replicas_in_sync} replica(s), policy "
         f"{keras.mixed_precision.global_policy().name}.")
-    run = experiment.Experiment(trainer, config, prob.filepattern(data_dir, "train"),
+    run = schedules.Experiment(trainer, config, prob.filepattern(data_dir, "train"),
                                 eval_pattern, log=log, eval_hook=eval_hook,
                                 stop_signals=stop_signals,
                                 after_first_step=after_first_step)
-    summary = run.run(schedule)
-  summary = dict(summary, step=trainer.step)
+    result = run.run(schedule)
+  if summary is not None:
+    summary.update(result, step=trainer.step)
   if schedule not in TRAINING_SCHEDULES or not chief:
-    return None, summary
-  from t2t_keras.trained_run import TrainedRun
+    return None
   return TrainedRun(output_dir, data_dir, prob, trainer.model,
-                    tf.train.latest_checkpoint(output_dir), log), summary
+                    tf.train.latest_checkpoint(output_dir), log)
 
 
 def _check_language_model(problem: str, has_inputs: bool, hp, bleu: bool) -> None:
@@ -208,12 +206,11 @@ def _bleu_files(problem, data_dir: str, eval_bleu: bool, decode_from_file: Optio
 
 
 def _run_dir_lock(output_dir: str, schedule: str, chief: bool, log):
-  """output_dir's lock (run_lock.py) when this process trains as the chief, else a no-op.
+  """output_dir's lock (`rundir.lock`) when this process trains as the chief, else a no-op.
 
   Workers of a multi-worker job write only their tmp_worker_N; evaluation alone
   writes no checkpoint.
   """
-  from t2t_keras import run_lock
   if schedule not in TRAINING_SCHEDULES or not chief:
     return contextlib.nullcontext()
-  return run_lock.RunLock(output_dir, log=log)
+  return lock.RunLock(output_dir, log=log)

@@ -18,10 +18,11 @@ from typing import Optional, Sequence, Union
 import tensorflow as tf
 
 from data_gen.text_encoder import EOS_ID, PAD_ID
+from t2t_keras.decoding.search_utils import (IntOrTensor, SearchOutput, SymbolsToLogitsFn,
+                                             check_decode_length, check_logits, check_state,
+                                             init_id_buffer, is_int, item_decode_lengths,
+                                             write_column)
 from t2t_keras.decoding_state import DecodingState
-from t2t_keras.search_utils import (IntOrTensor, SearchOutput, SymbolsToLogitsFn,
-                                    check_decode_length, check_logits, check_state,
-                                    init_id_buffer, is_int, item_decode_lengths, write_column)
 
 # T2T's sampling_keep_top_k sets the logits outside the top k to this value.
 _TOP_K_MASK_LOGIT = -1e6

@@ -1,0 +1,7 @@
+"""Exports: the SavedModel, and the CTranslate2 model with its decoder."""
+
+
+def __getattr__(name):
+  # The names of the 0.x module this package replaced, for one release.
+  from t2t_keras import old_paths  # pylint: disable=g-import-not-at-top
+  return old_paths.package_getattr(__name__, name)

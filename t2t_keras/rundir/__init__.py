@@ -1,0 +1,1 @@
+"""A run directory: where its files are, what they record, the model they build, its lock."""

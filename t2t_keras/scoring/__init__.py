@@ -1,0 +1,1 @@
+"""Scoring of outputs: BLEU and EVALB."""
