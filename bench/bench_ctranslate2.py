@@ -1,9 +1,9 @@
 """Decoding speed and quality, side by side in one sitting: t2t-keras vs CTranslate2.
 
 Engines: t2t-keras float32 (the decoder's default path: TensorFlow, XLA where
-`perf.inference` chooses it; in the worst case also with XLA, which the decoder
+`decoding.inference_choices` chooses it; in the worst case also with XLA, which the decoder
 takes for files of 2,000+ lines of such a model) and CTranslate2 float32, int8 and
-int8_float32 of the same weights (`t2t_keras.export.ctranslate2`). Both use every CPU of the
+int8_float32 of the same weights (`t2t_keras.export.ctranslate2_model`). Both use every CPU of the
 process. Timed runs of the engines alternate (round-robin, `--repeats` rounds
 after one untimed warm-up each); medians are printed, with the ratio to
 t2t-keras float32.
@@ -45,7 +45,7 @@ import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top
 from data_gen.text_encoder import EOS_ID  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras import hparams as hparams_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.decoding import text_decoder  # noqa: E402  pylint: disable=g-import-not-at-top
-from t2t_keras.export import ctranslate2 as ctranslate2_lib, ctranslate2_decoder  # noqa: E402
+from t2t_keras.export import ctranslate2_decoder, ctranslate2_model  # noqa: E402
 from t2t_keras.model import Transformer  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
@@ -77,7 +77,7 @@ def _decode_hp(args, **kwargs):
 
 
 def _engines(model, encoders, decode_hp, vocab_files, tmp) -> Dict[str, text_decoder.LineDecoder]:
-  model_dir = ctranslate2_lib.export(model, vocab_files, os.path.join(tmp, "ct2"))
+  model_dir = ctranslate2_model.export(model, vocab_files, os.path.join(tmp, "ct2"))
   engines = {"t2t-keras float32": text_decoder.TextDecoder(model, encoders, decode_hp,
                                                           log=lambda _: None)}
   for compute_type in ctranslate2_decoder.COMPUTE_TYPES:
@@ -121,7 +121,7 @@ def worst(args, tmp) -> None:
   with open(vocab, "w") as f:
     f.write("'a'\n")
   engines = _engines(model, None, _decode_hp(args), {"inputs": vocab, "targets": vocab}, tmp)
-  # The decoder's default for a file of 2,000+ lines with this model (perf.inference).
+  # The decoder's default for a file of 2,000+ lines with this model (decoding.inference_choices).
   engines["t2t-keras float32 XLA"] = text_decoder.TextDecoder(
       model, None, _decode_hp(args), jit_compile=True, log=lambda _: None)
   for engine in engines.values():
@@ -167,7 +167,7 @@ def int8_error_parts(args, model, encoders, lines, refs, vocab_files, tmp) -> No
   projection only (the rest float32), against float32."""
   from t2t_keras.scoring import bleu  # pylint: disable=g-import-not-at-top
   float_dir = os.path.join(tmp, "ct2")  # written by _engines
-  spec = ctranslate2_lib.build_spec(model)
+  spec = ctranslate2_model.build_spec(model)
   spec.validate()
   spec.optimize()
   # CTranslate2's own per-row int8 scheme, applied to the lookup tables and projection.
@@ -177,9 +177,9 @@ def int8_error_parts(args, model, encoders, lines, refs, vocab_files, tmp) -> No
   os.makedirs(parts_dir, exist_ok=True)
   spec.save(parts_dir)
   for side, path in vocab_files.items():
-    shutil.copyfile(path, os.path.join(parts_dir, ctranslate2_lib.VOCAB_FILES[side]))
-  shutil.copyfile(os.path.join(float_dir, ctranslate2_lib.INFO_FILE),
-                  os.path.join(parts_dir, ctranslate2_lib.INFO_FILE))
+    shutil.copyfile(path, os.path.join(parts_dir, ctranslate2_model.VOCAB_FILES[side]))
+  shutil.copyfile(os.path.join(float_dir, ctranslate2_model.INFO_FILE),
+                  os.path.join(parts_dir, ctranslate2_model.INFO_FILE))
   decode_hp = _decode_hp(args)
   variants = {"float32": (float_dir, "float32"), "int8 everywhere": (float_dir, "int8"),
               "int8 embeddings and projection only": (parts_dir, "float32")}

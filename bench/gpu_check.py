@@ -93,11 +93,12 @@ from tensorflow.python.eager import context  # noqa: E402  pylint: disable=g-imp
 
 from t2t_keras import perf
 from t2t_keras.hparams import create_hparams  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import cpu_info  # noqa: E402  pylint: disable=g-import-not-at-top
+from t2t_keras.perf import gpu_kernels  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.perf import precision  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.rundir.settings import ModelSpec  # noqa: E402  pylint: disable=g-import-not-at-top
 from t2t_keras.training import inputs, schedules
 from t2t_keras.training.trainer import Trainer  # noqa: E402  pylint: disable=g-import-not-at-top
-from tests.support import gpu_kernels  # noqa: E402  pylint: disable=g-import-not-at-top
 
 HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
 
@@ -112,7 +113,6 @@ def devices():
 def has_bfloat16(device_names):
   """Whether the devices compute bfloat16 natively (GPUs of compute capability >= 8.0)."""
   if ARGS.cpu_devices:
-    from t2t_keras.perf import cpu_info  # pylint: disable=g-import-not-at-top
     return cpu_info.native_bfloat16()
   for gpu in tf.config.list_physical_devices("GPU"):
     major = tf.config.experimental.get_device_details(gpu).get("compute_capability", (0, 0))[0]

@@ -18,6 +18,7 @@ from it), and an older run's hparams.json that holds them still loads.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import logging
 import re
@@ -391,7 +392,6 @@ def _field_types(cls) -> Dict[str, type]:
 
 
 def _unknown_message(cls, name: str) -> str:
-  import difflib
   names = field_names(cls)
   close = difflib.get_close_matches(name, names, n=3)
   hint = f" Did you mean {', '.join(close)}?" if close else ""
@@ -534,7 +534,7 @@ def register(fn: Callable[[], HParams]) -> Callable[[], HParams]:
 
 def _sets():
   # Registers the built-in sets on first lookup (hparams_sets imports this module).
-  from t2t_keras import hparams_sets  # pylint: disable=import-outside-toplevel
+  from t2t_keras import hparams_sets  # it imports this module  pylint: disable=import-outside-toplevel
   return hparams_sets
 
 

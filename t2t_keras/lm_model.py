@@ -10,7 +10,7 @@ target-space embedding (T2T adds it in the encoder only).
 
 `call(features)` is teacher-forced; `init_decoding_state` and `decode_step` are
 the cached incremental decoding of `decoding_state.py`'s layout, with no
-`per_item` memory. `lm_decoding.py` scores and samples text with them.
+`per_item` memory. `decoding/lm.py` scores and samples text with them.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import tensorflow as tf
 from t2t_keras import errors
 from t2t_keras.decoding_state import DecodingState, KeyValue
 from t2t_keras.hparams import HParams
+from t2t_keras.layers import HParamsConfig
 from t2t_keras.layers.attention import attention_bias_lower_triangle, attention_bias_visible
 from t2t_keras.layers.dropout import Dropout
 from t2t_keras.layers.embedding import PositionEmbedding, SymbolModality
@@ -32,7 +33,7 @@ from t2t_keras.perf.buffers import new_buffer
 
 
 @keras.saving.register_keras_serializable(package="t2t_keras")
-class TransformerLM(keras.Model):
+class TransformerLM(HParamsConfig, keras.Model):
   """Decoder-only Transformer (T2T's Transformer on a targets-only problem).
 
   Args:
@@ -53,6 +54,7 @@ class TransformerLM(keras.Model):
   """
 
   has_inputs = False
+  CONFIG_ATTRIBUTES = ("target_vocab_size",)
 
   def __init__(self, hparams: HParams, target_vocab_size: int, **kwargs):
     super().__init__(**kwargs)
@@ -145,17 +147,6 @@ class TransformerLM(keras.Model):
     x, buffers = self.decoder.step(x, attention_bias_visible(visible), None, state.in_place, i)
     logits = tf.cast(self.softmax.logits(x), tf.float32)[:, 0, :]
     return logits, state.replace(in_place=buffers)
-
-  def get_config(self):
-    config = super().get_config()
-    config.update(hparams=self.hparams.to_dict(), target_vocab_size=self.target_vocab_size)
-    return config
-
-  @classmethod
-  def from_config(cls, config):
-    config = dict(config)
-    config["hparams"] = HParams.from_dict(config["hparams"])
-    return cls(**config)
 
 
 def build_language_model(hparams: HParams, target_vocab_size: int,

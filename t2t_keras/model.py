@@ -24,6 +24,7 @@ import tensorflow as tf
 from data_gen.text_encoder import PAD_ID
 from t2t_keras.decoding_state import DecodingState, Memory
 from t2t_keras.hparams import HParams
+from t2t_keras.layers import HParamsConfig
 from t2t_keras.layers.attention import (attention_bias_ignore_padding,
                                         attention_bias_lower_triangle,
                                         attention_bias_prepend_inputs_full_attention,
@@ -52,7 +53,7 @@ def shift_right_3d(x: tf.Tensor) -> tf.Tensor:
 
 
 @keras.saving.register_keras_serializable(package="t2t_keras")
-class Transformer(keras.Model):
+class Transformer(HParamsConfig, keras.Model):
   """Encoder-decoder Transformer.
 
   Args:
@@ -76,6 +77,9 @@ class Transformer(keras.Model):
   """
 
   has_inputs = True  # `lm_model.TransformerLM` is the model of a problem without inputs
+  # Besides the hparams, name, trainable and the dtype policy (a mixed_bfloat16 model
+  # reloads as one); the sublayers are rebuilt from the hparams, so they need no entry.
+  CONFIG_ATTRIBUTES = ("input_vocab_size", "target_vocab_size", "target_space_id")
 
   def __init__(self, hparams: HParams, input_vocab_size: int,
                target_vocab_size: Optional[int] = None, target_space_id: int = 0, **kwargs):
@@ -230,18 +234,3 @@ class Transformer(keras.Model):
                                    state.in_place, i)
     logits = tf.cast(self.softmax.logits(x), tf.float32)[:, 0, :]
     return logits, state.replace(in_place=buffers)
-
-  def get_config(self):
-    # name, trainable and the dtype policy (a mixed_bfloat16 model reloads as one);
-    # the sublayers are rebuilt from the hparams, so they need no entry here.
-    config = super().get_config()
-    config.update(hparams=self.hparams.to_dict(), input_vocab_size=self.input_vocab_size,
-                  target_vocab_size=self.target_vocab_size,
-                  target_space_id=self.target_space_id)
-    return config
-
-  @classmethod
-  def from_config(cls, config):
-    config = dict(config)
-    config["hparams"] = HParams.from_dict(config["hparams"])
-    return cls(**config)

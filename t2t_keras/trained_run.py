@@ -18,8 +18,16 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import os
+import tempfile
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from data_gen import file_io, registry
+from t2t_keras import hparams_checks
+from t2t_keras.decoding import ensemble, text_args, text_decoder
+from t2t_keras.errors import RunError
+from t2t_keras.export import ctranslate2_decoder, ctranslate2_model, saved_model
+from t2t_keras.hparams import DecodeHParams, create_decode_hparams
+from t2t_keras.rundir import model_factory, settings
 from t2t_keras.rundir.files import RunDir
 
 
@@ -64,9 +72,6 @@ def open_run(path: Union[str, Sequence[str]], checkpoint: Optional[str] = None,
       raise ValueError("open_run([...]) takes each member's checkpoint in the list, "
                        f"not checkpoint={checkpoint!r}.")
     return _open_ensemble(_member_paths(path), data_dir, log, default_run)
-  from data_gen import registry
-  from t2t_keras.errors import RunError
-  from t2t_keras.rundir import model_factory, settings
   _, problem_name, spec = settings.load_run_files(path)
   if not spec.has_inputs:
     raise RunError(f"{path} is a language model ({problem_name}: targets only, no inputs to "
@@ -132,8 +137,6 @@ def check_decode_hparams(path: Union[str, Sequence[str]], decode_hp,
   Raises:
     ValueError: one line naming the decode hparam and its value.
   """
-  from t2t_keras import hparams_checks
-  from t2t_keras.rundir import settings
   items = None if isinstance(path, str) else _member_paths(path)
   try:
     run_paths = [path] if items is None else [_member_run(p, default_run)[0] for p in items]
@@ -146,10 +149,8 @@ def check_decode_hparams(path: Union[str, Sequence[str]], decode_hp,
 
 def _open_ensemble(items: List[str], data_dir: Optional[str], log: Callable[[str], None],
                    default_run: Optional[str]) -> "TrainedRun":
-  from t2t_keras.decoding import ensemble
   if not items:
     raise ValueError("open_run([]): an ensemble needs at least one run.")
-  from t2t_keras.rundir import settings
   members = [_member_run(item, default_run) for item in items]
   # Before any model is built: run.json records each run's vocabulary digests.
   digests = [settings.recorded_vocab_digests(run_path) for run_path, _ in members]
@@ -218,7 +219,6 @@ class TrainedRun:
     """`DecodeHParams` from T2T's override string and/or keyword values (log_results
     off unless asked for); a DecodeHParams given alone is used as it is. Raises
     ValueError on an unknown name or a bad value."""
-    from t2t_keras.hparams import DecodeHParams, create_decode_hparams
     if isinstance(decode_hparams, DecodeHParams):
       return dataclasses.replace(decode_hparams, **values)
     values.setdefault("log_results", False)
@@ -230,7 +230,6 @@ class TrainedRun:
     """The line decoder `t2t_keras_decoder` runs for these decode hparams: the
     TensorFlow one (kept per settings), or with engine="ctranslate2" one of
     `ctranslate2_model_dir` (engine_args; default the run converted now)."""
-    from t2t_keras.decoding import text_decoder
     if engine == "ctranslate2":
       return self._ctranslate2_decoder(decode_hp, **engine_args)
     if engine != "tensorflow":
@@ -243,17 +242,15 @@ class TrainedRun:
 
   def _ctranslate2_decoder(self, decode_hp, ctranslate2_model_dir: Optional[str] = None,
                            compute_type: str = "float32"):
-    import tempfile
 
-    from t2t_keras.export import ctranslate2, ctranslate2_decoder
     self._refuse_ensemble_in_ctranslate2()
     if ctranslate2_model_dir:
       return ctranslate2_decoder.CTranslate2Decoder(ctranslate2_model_dir, self.encoders,
                                                    decode_hp, compute_type=compute_type,
                                                    log=self.log)
-    ctranslate2.check_convertible(self.hparams)
+    ctranslate2_model.check_convertible(self.hparams)
     with tempfile.TemporaryDirectory(prefix="t2t-keras-ctranslate2-") as tmp:
-      model_dir = ctranslate2.export(self.model, self.vocab_files,
+      model_dir = ctranslate2_model.export(self.model, self.vocab_files,
                                             os.path.join(tmp, "model"))
       self.log(f"Converted {self.run_dir.path} to CTranslate2 ({compute_type}).")
       return ctranslate2_decoder.CTranslate2Decoder(model_dir, self.encoders, decode_hp,
@@ -280,7 +277,6 @@ class TrainedRun:
         (with its index), n_best outside 1..beam_size, a bad decode hparam (every
         one checked before decoding), or not one prefix per sentence.
     """
-    from t2t_keras.decoding import text_args
     sentences = text_args.text_list(sentences, "translate()", "sentences", "sentences")
     if prefix is not None:
       prefix = text_args.text_list(prefix, "translate(prefix=...)", "prefix",
@@ -311,7 +307,6 @@ class TrainedRun:
       ValueError: one string, a bad item (named with its index), or the two lists
         differ in length.
     """
-    from t2t_keras.decoding import text_args
     sources = text_args.text_list(sources, "score()", "sources", "source texts")
     targets = text_args.text_list(targets, "score()", "targets", "target texts")
     if len(sources) != len(targets):
@@ -323,7 +318,6 @@ class TrainedRun:
                      **values) -> List[str]:
     """Translates the lines of file `source` into file `output`: one line per input
     line, written whole (a temporary file, then renamed). Returns the lines."""
-    from data_gen import file_io
     with open(source, encoding="utf-8") as f:
       lines = f.read().splitlines()
     outputs = self.decoder(self.decode_hparams(decode_hparams, **values)).decode_lines(lines)
@@ -340,7 +334,6 @@ class TrainedRun:
     Raises:
       ValueError: export_dir is a file or ends in a version number.
     """
-    from t2t_keras.export import saved_model
     export_dir = export_dir or self.run_dir.export_dir
     check_export_dir(export_dir)
     decode_hp = self.decode_hparams(decode_hparams, **values)
@@ -357,14 +350,13 @@ class TrainedRun:
     None keeps float32 (the decoder's compute_type can still quantize on load).
 
     Raises:
-      ctranslate2_export.NotConvertibleError: hparams the converter cannot map, by name.
+      ctranslate2_model.NotConvertibleError: hparams the converter cannot map, by name.
       ImportError: ctranslate2 is not installed.
     """
-    from t2t_keras.export import ctranslate2, ctranslate2_decoder
     self._refuse_ensemble_in_ctranslate2()
     ctranslate2_decoder.import_ctranslate2()
-    ctranslate2.check_convertible(self.hparams)
-    return ctranslate2.export(self.model, self.vocab_files,
+    ctranslate2_model.check_convertible(self.hparams)
+    return ctranslate2_model.export(self.model, self.vocab_files,
                                      export_dir or self.run_dir.ctranslate2_dir,
                                      quantization=quantization)
 

@@ -26,7 +26,7 @@ pytest.importorskip(
 from data_gen.text_encoder import EOS_ID  # noqa: E402
 from t2t_keras.decoding import seq2seq  # noqa: E402
 from t2t_keras.decoding import text_decoder
-from t2t_keras.export import ctranslate2 as ctranslate2_lib, ctranslate2_decoder
+from t2t_keras.export import ctranslate2_decoder, ctranslate2_model
 from t2t_keras.hparams import DecodeHParams, create_hparams  # noqa: E402
 from t2t_keras.model import Transformer  # noqa: E402
 from tests.support import near_ties, tiny_problem  # noqa: E402
@@ -72,7 +72,7 @@ def _engine(model, tmp_path, decode_hp=DecodeHParams(), encoders=None, compute_t
   model_dir = str(tmp_path / "ct2")
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("'a'\n")
-  ctranslate2_lib.export(model, {"inputs": str(vocab), "targets": str(vocab)}, model_dir)
+  ctranslate2_model.export(model, {"inputs": str(vocab), "targets": str(vocab)}, model_dir)
   return ctranslate2_decoder.CTranslate2Decoder(model_dir, encoders, decode_hp,
                                                compute_type=compute_type, log=lambda _: None)
 
@@ -146,7 +146,7 @@ def trained(tiny_trained_run, tmp_path_factory):
   tiny_problem.write_parallel(str(root / "held_out"), 128, seed=11)
   lines = (root / "held_out.en").read_text(encoding="utf-8").splitlines()
   model_dir = str(root / "ct2")
-  ctranslate2_lib.export(model, problem.vocab_paths(data_dir), model_dir)
+  ctranslate2_model.export(model, problem.vocab_paths(data_dir), model_dir)
   return model, encoders, lines, model_dir
 
 
@@ -242,7 +242,7 @@ def test_t2t_checkpoint_converts_and_scores_as_numpy_t2t(imported, loaded, tmp_p
                           capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   assert {"model.bin", "config.json", "vocab.inputs", "vocab.targets",
-          ctranslate2_lib.INFO_FILE} <= set(os.listdir(export_dir))
+          ctranslate2_model.INFO_FILE} <= set(os.listdir(export_dir))
   got, want = decoder_and_numpy_scores(run_dir, loaded[4], tmp_path, "--engine=ctranslate2",
                                       f"--ctranslate2_model_dir={export_dir}")
   np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
@@ -263,8 +263,8 @@ REFUSED = [
 @pytest.mark.parametrize("overrides,message", REFUSED)
 def test_unmappable_hparams_are_refused_by_name(overrides, message):
   hp = create_hparams("transformer_tiny", SMALL + "," + overrides)
-  with pytest.raises(ctranslate2_lib.NotConvertibleError, match=re.escape(message)):
-    ctranslate2_lib.check_convertible(hp)
+  with pytest.raises(ctranslate2_model.NotConvertibleError, match=re.escape(message)):
+    ctranslate2_model.check_convertible(hp)
 
 
 def test_cli_export_decode_and_refusals(tiny_trained_run, tmp_path, capsys):
@@ -385,13 +385,13 @@ def _umask() -> int:
 def test_input_past_the_position_table_is_one_line(untrained_runs, tmp_path, capsys):
   runs, data_dir, _ = untrained_runs
   source = tmp_path / "long.en"
-  words = ctranslate2_lib.MAX_POSITIONS + 10  # at least one subword token each
+  words = ctranslate2_model.MAX_POSITIONS + 10  # at least one subword token each
   source.write_text("the red house\n" + " ".join(["dog"] * words) + "\n", encoding="utf-8")
   code, _, err = run_cli_output("t2t_keras.cli.decoder", [
       f"--output_dir={runs['ok']}", f"--data_dir={data_dir}", "--engine=ctranslate2",
       f"--decode_from_file={source}", "--decode_hparams=beam_size=1,log_results=false"],
       capsys)
-  _one_line_error(code, err, f"exceeds the {ctranslate2_lib.MAX_POSITIONS} positions",
+  _one_line_error(code, err, f"exceeds the {ctranslate2_model.MAX_POSITIONS} positions",
                   "max_input_size")
   code, out, err = run_cli_output("t2t_keras.cli.decoder", [
       f"--output_dir={runs['ok']}", f"--data_dir={data_dir}", "--engine=ctranslate2",
@@ -414,7 +414,7 @@ def test_int8_quantizes_the_embeddings_and_projection_too(tmp_path):
                                          ("int8", None, "int8"),
                                          ("all_int8", "all", "default"),
                                          ("layers_int8", "layers", "default")):
-    spec = ctranslate2_lib.build_spec(model)
+    spec = ctranslate2_model.build_spec(model)
     spec.validate()
     spec.optimize()
     if saved_int8:  # CTranslate2's own int8 scheme, applied before saving

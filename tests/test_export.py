@@ -19,11 +19,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the TF-Text ops the SavedModel uses)
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow.python.saved_model import loader_impl
+from tensorflow_serving.apis import prediction_log_pb2
 
 from data_gen import file_io
 import t2t_keras
 from t2t_keras.cli import query
-from t2t_keras.decoding import seq2seq, text_decoder as text_decoder_lib
+from t2t_keras.decoding import seq2seq, text_rules
+from t2t_keras.decoding import text_decoder as text_decoder_lib
 from t2t_keras.export import saved_model
 from t2t_keras.hparams import create_decode_hparams
 from tests.support import near_ties
@@ -106,7 +110,6 @@ def test_layout_and_versioning(run):
 
 
 def _graph_op_types(saved_model_dir):
-  from tensorflow.core.protobuf import saved_model_pb2
   proto = saved_model_pb2.SavedModel()
   with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
     proto.ParseFromString(f.read())
@@ -157,7 +160,7 @@ def test_fresh_process_equals_text_decoder(run, text_decoder):
 
 
 def test_empty_long_and_mixed_batch(run, loaded):
-  assert text_decoder_lib.input_cap(create_decode_hparams(DECODE_HP)) is None  # T2T: no cut
+  assert text_rules.input_cap(create_decode_hparams(DECODE_HP)) is None  # T2T: no cut
   # > max_length (256) subword tokens. 90 repeats (361 tokens): T2T's search on the
   # fixture parts its choices by >= 1.4e-3 there, well above 2 * SCORE_EPS, so the
   # near-tie rule below still tells a cut input (another output) from the whole;
@@ -288,7 +291,6 @@ def test_exporter_cli_adds_version_2_and_warmup_parses(run, loaded):
   assert saved_model.existing_versions(run["export_dir"]) == [1, 2]
   assert sorted(os.listdir(run["export_dir"])) == ["1", "2"]
   assert _tree_digest(run["v1"]) == before
-  from tensorflow_serving.apis import prediction_log_pb2
   for version in ("1", "2"):
     path = os.path.join(run["export_dir"], version, "assets.extra",
                         saved_model.WARMUP_FILENAME)
@@ -314,7 +316,6 @@ def test_exporter_cli_adds_version_2_and_warmup_parses(run, loaded):
                                      expected, _margin_of(run, lines, BEAMS_HP, stop_early=False),
                                      SCORE_EPS, "version 2 beams vs TextDecoder")
   version_2 = tf.saved_model.load(os.path.join(run["export_dir"], "2"))
-  from tensorflow.python.saved_model import loader_impl
   signature_defs = loader_impl.parse_saved_model(
       os.path.join(run["export_dir"], "2")).meta_graphs[0].signature_def
   for log in logs:  # version 2's warm-up requests run on it
@@ -334,7 +335,7 @@ def test_bad_arguments(run, tmp_path):
                          {"inputs": str(tmp_path / "missing"), "targets": "x"})
   with pytest.raises(ValueError, match="batch_size"):
     query.translate(["a"], lambda values: None, batch_size=0)
-  assert text_decoder_lib.input_cap(create_decode_hparams("max_input_size=7")) == 6  # T2T: + EOS
+  assert text_rules.input_cap(create_decode_hparams("max_input_size=7")) == 6  # T2T: + EOS
   (tmp_path / "3").mkdir()
   (tmp_path / "10").mkdir()
   (tmp_path / ".tmp-export-1").mkdir()

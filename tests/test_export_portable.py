@@ -7,7 +7,7 @@ request there. On a GPU server an op without a GPU kernel for its dtype runs on 
 host: inside the decode loop that copies the key/value buffers to the host and back
 at every step. Both are read statically from the export's `saved_model.pb`, the
 kernels from the registry of the installed TensorFlow, which is the CUDA build
-(`tests/support/gpu_kernels.py`), for float32, mixed-bfloat16 and mixed-float16 exports, with
+(`t2t_keras/perf/gpu_kernels.py`), for float32, mixed-bfloat16 and mixed-float16 exports, with
 the speed cases on and with `T2T_KERAS_PLAIN_OPS=1`. Random-weight models: the graph,
 not the weights, is checked.
 """
@@ -23,7 +23,7 @@ from t2t_keras import perf
 from t2t_keras.export import saved_model
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from t2t_keras.model import Transformer
-from tests.support import gpu_kernels
+from t2t_keras.perf import gpu_kernels
 
 # The functions of the decode loop: the searches of `serving_default`/`serialized_example`
 # (`ServingModule._decode`) and of the `beam_<K>` signatures (`_decode_rows`, which the

@@ -15,7 +15,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the TF-Text ops the SavedModel uses)
 
 from data_gen import graph_text_encoder, text_encoder, tokenizer
-from t2t_keras.decoding import seq2seq, text_decoder
+from t2t_keras.decoding import seq2seq, text_decoder, text_rules
 from t2t_keras.export import saved_model
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from tests.support import stub_decoding
@@ -108,7 +108,7 @@ def test_decoder_and_saved_model_agree_on_nasty_inputs(served):
       assert out == "" and score == 0.0, repr(line)
     else:
       assert out.startswith("Haus Katze ") and "\n" not in out and "\t" not in out
-      assert out[len("Haus Katze "):] == text_decoder.clean_output(served["vocab"].decode(
+      assert out[len("Haus Katze "):] == text_rules.clean_output(served["vocab"].decode(
           served["vocab"].encode(tokenizer.normalize_input(line))))
 
 

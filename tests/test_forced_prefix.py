@@ -1,17 +1,21 @@
 """Forced target prefixes: beam search and greedy equal a NumPy port of T2T's search
 that allows only the prefix's ids while inside it; an empty prefix decodes bit for bit
-as without; scores count the prefix as scoring does; translate() and the decoder CLI."""
+as without; scores count the prefix as scoring does; every search (and lm.py's prompts)
+forces through the one step of search_utils; translate() and the decoder CLI."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import t2t_keras
-from t2t_keras.decoding import beam_search, seq2seq
+from data_gen.text_encoder import EOS_ID
+from t2t_keras.decoding import beam_search, sampling, seq2seq
+from t2t_keras.decoding import lm as lm_lib
 from t2t_keras.hparams import create_decode_hparams, create_hparams
 from t2t_keras.model import Transformer
-from tests.support import near_ties, t2t_numpy_decoding as t2t
+from tests.support import near_ties, random_lm, t2t_numpy_decoding as t2t
 from tests.support.cli import run_cli
+from tests.support.t2t_numpy_lm import T2TNumpyLM, log_softmax
 from tests.support.tolerances import SCORE_EPS
 
 VOCAB = 30
@@ -114,6 +118,72 @@ def test_prefix_scores_count_the_prefix_as_scoring_does(model):
             len(out), dhp.alpha).numpy()
       logp = seq2seq.score_targets(model, x[i:i + 1], tf.constant([out])).numpy()[0]
       assert scores[i] * penalty == pytest.approx(logp, abs=SCORE_EPS), (decode_hp, i, out)
+
+
+def _table_fn(table):
+  """A model whose logits at step i are `table[i, last id]`, table `[steps, vocab, vocab]`."""
+  def fn(ids, i, state):
+    return tf.gather(tf.gather(table, i), ids[:, i]), state
+  return fn
+
+
+def _numpy_prefix_log_prob(table, prefix):
+  """Brute force: the sum over the prefix of log-softmax(logits after the ids before it)."""
+  last, total = 0, 0.0  # column 0 holds the initial id 0
+  for i, token in enumerate(prefix):
+    total += log_softmax(table[i, last].astype(np.float64))[token]
+    last = token
+  return total
+
+
+def test_every_search_forces_and_scores_the_prefix_in_the_one_step():
+  """Greedy, sampling at top_k 1 and at a temperature so high its draws ignore the model,
+  and beam search with one beam, each row stopped at the end of its prefix: every row is
+  its prefix, scored ("model") as the NumPy sum of its log-probs, or ("free") as 0."""
+  rng = np.random.default_rng(11)
+  table = (3 * rng.normal(size=(4, VOCAB, VOCAB))).astype(np.float32)
+  fn = _table_fn(tf.constant(table))
+  prefix = tf.constant(_padded(PREFIXES))
+  lengths = tf.constant([len(p) for p in PREFIXES])
+  initial = tf.zeros([len(PREFIXES)], tf.int32)
+  want = np.array([_numpy_prefix_log_prob(table, p) for p in PREFIXES])
+  free = sampling.greedy_search(fn, initial, 4, decode_lengths=lengths).ids.numpy()
+  for row, p in zip(free, PREFIXES):  # not vacuous: no prefix is the free choice
+    assert not p or list(row[1:1 + len(p)]) != p, (row, p)
+  searches = {
+      "greedy": lambda scoring: sampling.greedy_search(
+          fn, initial, 4, decode_lengths=lengths, prefix=prefix, prefix_scoring=scoring),
+      "top_k=1": lambda scoring: sampling.sample(
+          fn, initial, 4, 1.0, 1, seed=5, decode_lengths=lengths, prefix=prefix,
+          prefix_scoring=scoring),
+      "temperature=1e9": lambda scoring: sampling.sample(
+          fn, initial, 4, 1e9, seed=5, decode_lengths=lengths, prefix=prefix,
+          prefix_scoring=scoring)}
+  beam = beam_search.beam_search(fn, initial, 4, beam_search.BeamSearchOptions(1, VOCAB, 0.6),
+                                 decode_lengths=lengths, prefix=prefix)
+  outputs = {"beam=1 model": (beam.ids[:, 0], beam.scores[:, 0], want)}
+  for name, search in searches.items():
+    for scoring, scores in (("model", want), ("free", np.zeros_like(want))):
+      out = search(scoring)
+      outputs[f"{name} {scoring}"] = (out.ids, out.scores, scores)
+  for name, (ids, scores, expected) in outputs.items():
+    np.testing.assert_array_equal(ids.numpy()[:, 1:], _padded(PREFIXES, 4), err_msg=name)
+    np.testing.assert_allclose(scores.numpy(), expected, rtol=1e-6, atol=1e-5, err_msg=name)
+
+
+def test_lm_prompts_are_forced_ids_scored_free_even_at_a_huge_temperature():
+  """lm.sample_ids forces its prompts in the same step, scored "free": at temperature 1e9
+  the draws ignore the logits, yet each row keeps its prompt (forcing T2T's way, through
+  the logits, would not) and scores log P(continuation | prompt) under T2T's NumPy LM."""
+  model = random_lm.lm("transformer_base", "", seed=8)
+  reference = T2TNumpyLM.from_tensors(random_lm.t2t_tensors(model), model.hparams.to_dict())
+  prompts = [[4, 4, 30], [11, 2]]
+  out = lm_lib.sample_ids(model, prompts, max_new_tokens=4, temperature=1e9, seed=3)
+  for prompt, c in zip(prompts, out):
+    new = c.ids + ([EOS_ID] if c.ended else [])
+    joint = reference.log_prob(np.array([prompt + new]))[0]
+    alone = reference.log_prob(np.array([prompt]))[0]
+    np.testing.assert_allclose(c.log_prob, joint - alone, rtol=1e-5, atol=SCORE_EPS)
 
 
 def test_translate_and_the_decoder_cli_force_prefixes(tiny_trained_run, tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""tests.support.gpu_kernels: the GPU-kernel checker on tiny SavedModels and the kernel registry.
+"""t2t_keras.perf.gpu_kernels: the GPU-kernel checker on tiny SavedModels and the kernel registry.
 
 The expectations are facts of TensorFlow 2.21's CUDA build, asserted against its
 kernel registry here so that a TensorFlow upgrade that changes them fails loudly
@@ -10,7 +10,7 @@ import tensorflow as tf
 from tensorflow.core.framework import function_pb2
 from tensorflow.python.framework import kernels
 
-from tests.support import gpu_kernels
+from t2t_keras.perf import gpu_kernels
 
 
 class Scatter(tf.Module):

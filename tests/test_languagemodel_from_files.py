@@ -117,5 +117,5 @@ def test_datagen_trainer_and_the_trained_language_model(tmp_path, capsys):
   # The translation commands refuse the language model in one line, naming the API.
   code, _, err = run_cli_output("t2t_keras.cli.decoder", [
       f"--output_dir={output_dir}", f"--data_dir={data_dir}", "--decode_interactive"], capsys)
-  assert code == 2 and "is a language model" in err and "lm_decoding" in err, err[-2000:]
+  assert code == 2 and "is a language model" in err and "t2t_keras.decoding.lm" in err, err[-2000:]
   assert "Traceback" not in err

@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from t2t_keras.hparams import create_hparams
 from t2t_keras.layers import attention, embedding, ffn
+from t2t_keras.layers import transformer_layers as tl
+from t2t_keras.layers.initializers import get_variable_initializer
 
 
 def _concat_formula(length, channels, min_ts=1.0, max_ts=1e4):
@@ -247,13 +250,26 @@ def test_get_config_round_trips(make):
 
 
 def test_stack_layers_round_trip_config():
-  from t2t_keras.hparams import create_hparams
-  from t2t_keras.layers import transformer_layers as tl
   hp = create_hparams("transformer_tiny", "pos=emb,num_heads=2")
   for cls in (tl.EncoderLayer, tl.DecoderLayer, tl.TransformerEncoder, tl.TransformerDecoder):
     layer = cls(hp, name="x")
     clone = cls.from_config(layer.get_config())
     assert clone.hparams == hp and clone.get_config() == layer.get_config()
+
+
+def test_stacks_rebuilt_from_their_config_compute_the_same_outputs():
+  hp = create_hparams("transformer_tiny", "num_heads=2")
+  x = tf.random.stateless_normal([2, 5, hp.hidden_size], seed=[1, 2])
+  bias = tf.zeros([2, 1, 1, 5])
+  # Without encoder-decoder attention: a clone that lost `encdec` has other variables.
+  for layer, args in ((tl.TransformerEncoder(hp, name="enc"), (bias,)),
+                      (tl.TransformerDecoder(hp, encdec=False, name="dec"), (None, bias, None))):
+    layer.build(x.shape)
+    clone = type(layer).from_config(layer.get_config())
+    clone.build(x.shape)
+    clone.set_weights(layer.get_weights())
+    np.testing.assert_array_equal(clone(x, *args, training=False).numpy(),
+                                  layer(x, *args, training=False).numpy())
 
 
 # T2T's initializers (`utils/optimize.py:get_variable_initializer`) on a kernel
@@ -263,7 +279,6 @@ FAN_AVG = (KERNEL[0] + KERNEL[1]) / 2
 
 
 def _kernel(name, gain):
-  from t2t_keras.layers.initializers import get_variable_initializer
   return np.asarray(get_variable_initializer(name, gain, seed=7)(KERNEL, "float32"), np.float64)
 
 
@@ -306,12 +321,10 @@ def test_xavier_ignores_gain():
 
 
 def test_unknown_initializer_is_refused():
-  from t2t_keras.layers.initializers import get_variable_initializer
   with pytest.raises(ValueError, match="'glorot'.*uniform_unit_scaling"):
     get_variable_initializer("glorot")
   with pytest.raises(ValueError, match="initializer.*'he_normal'"):
     attention.MultiHeadAttention(8, 8, 8, 2, initializer="he_normal")
-  from t2t_keras.hparams import create_hparams
   with pytest.raises(ValueError, match="hparams.initializer.*'he_normal'.*normal_unit_scaling"):
     create_hparams("transformer_tiny", "initializer=he_normal")
 

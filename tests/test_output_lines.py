@@ -3,7 +3,7 @@
 import pytest
 
 from data_gen import file_io
-from t2t_keras.decoding import seq2seq, text_decoder
+from t2t_keras.decoding import seq2seq, text_decoder, text_rules
 from t2t_keras.hparams import create_decode_hparams
 from tests.support import stub_decoding
 
@@ -65,8 +65,8 @@ def test_return_beams_columns_stay_intact(vocab, monkeypatch, tmp_path):
 def test_clean_output_covers_every_line_break():
   # Everything str.splitlines splits at, plus tab; nothing else changes.
   breaks = [chr(c) for c in range(0x110000) if len(("a" + chr(c) + "b").splitlines()) > 1]
-  assert sorted(text_decoder.OUTPUT_BREAKS) == sorted(breaks + ["\t"])
+  assert sorted(text_rules.OUTPUT_BREAKS) == sorted(breaks + ["\t"])
   text = "a" + "b".join(breaks) + "\tz\u00a0é"
-  cleaned = text_decoder.clean_output(text)
+  cleaned = text_rules.clean_output(text)
   assert len(cleaned.splitlines()) == 1 and "\t" not in cleaned
   assert cleaned == "a" + "b".join(" " * len(breaks)) + " z\u00a0é"

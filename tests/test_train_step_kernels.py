@@ -1,7 +1,7 @@
 """Every op of the train step has a GPU kernel for its dtype, checked statically.
 
 No GPU here, but the installed TensorFlow is the CUDA build: its kernel registry lists
-every GPU kernel (`tests/support/gpu_kernels.py`). One step is traced per case, float32, mixed
+every GPU kernel (`t2t_keras/perf/gpu_kernels.py`). One step is traced per case, float32, mixed
 bfloat16 and mixed float16 on one device, and MirroredStrategy over 2 logical CPUs
 (mixed bfloat16; float32 with `jit_compile`), dropout on; XLA-compiled functions (the
 fused layer norm and cross-entropy, and with jit_compile each replica's pass) must have

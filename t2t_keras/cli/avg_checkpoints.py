@@ -17,6 +17,7 @@ import sys
 from absl import app, flags
 
 from t2t_keras.cli import common_flags
+from t2t_keras.rundir.files import RunDir
 
 FLAGS = flags.FLAGS
 
@@ -40,11 +41,12 @@ def main(argv):
   if FLAGS.checkpoints and not FLAGS.prefix and not FLAGS.output_path:
     raise app.UsageError("--output_path is required with --checkpoints alone (its default, "
                          "the run's averaged/ directory, needs --prefix=<run directory>).")
+  # TensorFlow and the models: loaded when the command runs, not for --help
   import tensorflow as tf
 
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from t2t_keras import checkpoints
   from t2t_keras.rundir import averaging, model_factory, settings
-  from t2t_keras.rundir.files import RunDir
   if FLAGS.checkpoints:
     paths = [p.strip() for p in FLAGS.checkpoints.split(",") if p.strip()]
   elif FLAGS.prefix and FLAGS.num_last_checkpoints:

@@ -23,11 +23,20 @@ reads; one it does not read (the decoder and --train_steps) is ignored when it
 comes from a --flagfile, and refused when typed on the command line.
 """
 
+import importlib
+from importlib import metadata
+import importlib.util
+import os
 import sys
 
-from absl import flags
+from absl import app, flags
 
+from data_gen import registry
 from t2t_keras import errors, training
+from t2t_keras.cli import quiet_logs
+from t2t_keras.hparams import create_hparams
+from t2t_keras.perf import process
+from t2t_keras.version import __version__
 
 # name: (kind, default, help[, enum values]).
 _EXPERIMENT = {
@@ -146,13 +155,8 @@ def load_trained_run():
   The model is rebuilt from the run's hparams.json; --hparams_set/--hparams and
   --problem, when given (e.g. by a flagfile), must agree with the run.
   """
-  import sys
-
-  from absl import app
-
-  from data_gen import registry
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from t2t_keras import trained_run
-  from t2t_keras.hparams import create_hparams
   FLAGS = flags.FLAGS
   members = (FLAGS.checkpoint_path or "").split(",")
   # An ensemble names its runs in --checkpoint_path; --output_dir is then optional.
@@ -162,6 +166,7 @@ def load_trained_run():
   if FLAGS.model != "transformer":
     raise app.UsageError(f"--model={FLAGS.model}: only 'transformer' is implemented.")
   registry.import_usr_dir(FLAGS.t2t_usr_dir)
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from t2t_keras.perf import precision
 
   # The model computes in the precision asked for (weights stay float32 either way).
@@ -200,10 +205,6 @@ def resolve_path_flags(*names: str) -> None:
   ensemble's --checkpoint_path (`A,`) is refused: it would resolve to the working
   directory.
   """
-  import os
-
-  from absl import app
-
   def resolve(path):
     return path if "://" in path else os.path.abspath(os.path.expanduser(path))
 
@@ -222,8 +223,7 @@ def check_decode_hparams(decode_hp) -> None:
   """Refuses, from the run files alone (no model built yet), decode hparams that the
   run of --output_dir, or each run of an ensemble's --checkpoint_path, cannot honour
   (`trained_run.check_decode_hparams`: alignment layer and heads, top-k)."""
-  from absl import app
-
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from t2t_keras import trained_run
   FLAGS = flags.FLAGS
   members = (FLAGS.checkpoint_path or "").split(",")
@@ -243,9 +243,6 @@ def check_output_file(flag: str, path: str) -> None:
     app.UsageError: `path` is a directory, or its nearest existing parent is not a
       writable directory.
   """
-  import os
-
-  from absl import app
   if os.path.isdir(path):
     raise app.UsageError(f"--{flag}={path} is a directory; give a file path.")
   parent = os.path.dirname(os.path.abspath(path))
@@ -266,8 +263,6 @@ def run_cli(main) -> None:
 
   First, before anything imports TensorFlow (the commands import it inside
   `main`), it calls `set_up_process`."""
-  from absl import app
-
   set_up_process()
   module = sys.modules[main.__module__]
 
@@ -303,8 +298,6 @@ def set_up_process() -> None:
   (oneDNN kernels; TensorFlow reads its variable only when it loads) and
   `quiet_logs.install`. A bad T2T_KERAS_PLAIN_OPS prints one line and exits 2.
   """
-  from t2t_keras.cli import quiet_logs
-  from t2t_keras.perf import process
   try:
     process.configure_process()
   except ValueError as e:  # a bad T2T_KERAS_PLAIN_OPS
@@ -314,7 +307,6 @@ def set_up_process() -> None:
 
 def program_name() -> str:
   """The command's name for messages: the console script, even under `python -m`."""
-  import os
   name = os.path.basename(sys.argv[0])
   spec = getattr(sys.modules.get("__main__"), "__spec__", None)
   if name.endswith(".py") and spec is not None:  # python -m t2t_keras.cli.<module>
@@ -364,7 +356,6 @@ def parse_flags(argv, module) -> list:
       wanted_help = name
       continue
     if source is None and name == "version" and not has_value and _lookup(own, name) is None:
-      from t2t_keras.version import __version__
       print(f"{program} {__version__}", flush=True)
       sys.exit(0)
     flag = _lookup(own, name)
@@ -484,8 +475,6 @@ def packaged_flagfiles_dir():
   """The directory of the flagfiles installed with the package (the repository's flags/:
   the data package t2t_keras.flagfiles in a wheel, flags/ beside t2t_keras/ when the
   repository is installed in editable mode or used in place), or None."""
-  import importlib.util
-  import os
   try:
     spec = importlib.util.find_spec("t2t_keras.flagfiles")
   except ImportError:
@@ -501,7 +490,6 @@ def packaged_flagfiles_dir():
 def find_flagfile(path: str) -> str:
   """`path` if it is a file; else the packaged flagfile it names (`demo`, `demo.flags`,
   or `flags/demo.flags` typed outside the repository); else `path` (absl reports it)."""
-  import os
   if os.path.exists(path) or os.path.dirname(path) not in ("", "flags"):
     return path
   directory = packaged_flagfiles_dir()
@@ -518,7 +506,6 @@ def find_flagfile(path: str) -> str:
 
 def _commands() -> list:
   """(name, module) of every command: the console scripts, and the demo."""
-  from importlib import metadata
   found = {e.name: e.module for e in metadata.entry_points(group="console_scripts")
            if e.module.startswith("t2t_keras.cli.")}
   found["python -m t2t_keras.cli.demo"] = "t2t_keras.cli.demo"
@@ -527,7 +514,6 @@ def _commands() -> list:
 
 def _owners(name: str, module) -> list:
   """The other commands that define --name (their modules are imported to see)."""
-  import importlib
   main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
   skip = {module.__name__, getattr(main_spec, "name", None)}
   owners = []

@@ -42,8 +42,7 @@ import time
 from absl import flags
 
 from data_gen import generate, registry
-from t2t_keras.cli import common_flags
-from t2t_keras.cli import file_checks
+from t2t_keras.cli import common_flags, file_checks
 
 FLAGS = flags.FLAGS
 _define = common_flags.define_once  # several commands may be imported in one process (tests)

@@ -33,8 +33,10 @@ import sys
 
 from absl import app, flags
 
-from t2t_keras.cli import common_flags
-from t2t_keras.cli import file_checks
+from data_gen import file_io, registry
+from t2t_keras import errors
+from t2t_keras.cli import common_flags, file_checks
+from t2t_keras.hparams import DecodeHParams, create_decode_hparams, parse_overrides
 
 FLAGS = flags.FLAGS
 
@@ -68,7 +70,6 @@ flags.DEFINE_string("ctranslate2_model_dir", None,
 def main(argv):
   del argv
   common_flags.resolve_path_flags("data_dir", "output_dir", "checkpoint_path")
-  from t2t_keras.hparams import DecodeHParams, create_decode_hparams, parse_overrides
   try:  # settings, paths and input files are checked before the model loads
     # T2T's sampling settings may come in --hparams too (sampling_method=random).
     decode_hp = create_decode_hparams(FLAGS.decode_hparams, FLAGS.hparams)
@@ -99,6 +100,7 @@ def main(argv):
   prefixes = _read_prefixes(None if FLAGS.score_file or FLAGS.decode_interactive else lines)
   _check_engine_flags()
   common_flags.check_decode_hparams(decode_hp)  # those the run's model must allow
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from t2t_keras.scoring import bleu, evalb
   run = common_flags.load_trained_run()
   problem = run.problem
@@ -170,6 +172,7 @@ def _check_engine_flags():
   if "," in (FLAGS.checkpoint_path or ""):
     raise app.UsageError(f"--checkpoint_path={FLAGS.checkpoint_path} is an ensemble; "
                          "CTranslate2 decodes one model: use --engine=tensorflow.")
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from t2t_keras.export import ctranslate2_decoder
   try:
     ctranslate2_decoder.import_ctranslate2()
@@ -183,7 +186,8 @@ def _check_engine_flags():
 
 def _ctranslate2_decoder(run, decode_hp):
   """A CTranslate2Decoder of --ctranslate2_model_dir, else of the run converted now."""
-  from t2t_keras.export import ctranslate2
+  # TensorFlow and the models: loaded when the command runs, not for --help
+  from t2t_keras.export import ctranslate2_model
   if FLAGS.ctranslate2_model_dir:
     try:
       return run.decoder(decode_hp, "ctranslate2", compute_type=FLAGS.compute_type,
@@ -191,8 +195,8 @@ def _ctranslate2_decoder(run, decode_hp):
     except FileNotFoundError as e:
       raise app.UsageError(f"--ctranslate2_model_dir: {e}") from None
   try:
-    ctranslate2.check_convertible(run.hparams)
-  except ctranslate2.NotConvertibleError as e:
+    ctranslate2_model.check_convertible(run.hparams)
+  except ctranslate2_model.NotConvertibleError as e:
     raise app.UsageError(f"--engine=ctranslate2: {FLAGS.output_dir} cannot be converted: "
                          f"{e} Use --engine=tensorflow.") from None
   return run.decoder(decode_hp, "ctranslate2", compute_type=FLAGS.compute_type)
@@ -200,7 +204,7 @@ def _ctranslate2_decoder(run, decode_hp):
 
 def _run_problem():
   """The problem --output_dir was trained on, read from its run files (no model built)."""
-  from data_gen import registry
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from t2t_keras.rundir import settings
   for name in ("data_dir", "output_dir"):
     if not getattr(FLAGS, name):
@@ -219,7 +223,6 @@ def _read_source_and_reference(decode_hp):
   """(source lines, reference or None, its lines): --decode_from_file and
   --decode_reference, else the dataset's split with its reference (parsing problems:
   gold trees); num_samples applied. Checked to pair up line by line."""
-  from data_gen import file_io
   source, reference = FLAGS.decode_from_file, FLAGS.decode_reference
   if source:
     lines = file_checks.read_input_lines("decode_from_file", source,
@@ -264,8 +267,6 @@ def _read_source_and_reference(decode_hp):
 
 def _emit(lines):
   if FLAGS.decode_to_file:
-    from data_gen import file_io
-    from t2t_keras import errors
     try:  # atomic: a full disk leaves no partial file under the name
       file_io.write_lines(FLAGS.decode_to_file, lines)
     except OSError as e:

@@ -31,9 +31,9 @@ from typing import List
 from absl import app, flags
 
 from data_gen import file_io
-from t2t_keras.cli import common_flags
-from t2t_keras.cli import demo_budget, quiet_logs
+from t2t_keras.cli import common_flags, demo_budget, quiet_logs
 from t2t_keras.cli.demo_budget import Stage
+from t2t_keras.hparams import create_decode_hparams, create_hparams
 from t2t_keras.perf import cpu_info
 from t2t_keras.rundir.files import RunDir
 
@@ -90,6 +90,7 @@ def _done(path: str) -> bool:
 
 def main(argv):
   del argv
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from data_gen import manifest  # imports TensorFlow: counted as set-up
   from t2t_keras.rundir import settings
   demo_start = time.time()
@@ -166,6 +167,7 @@ def _decode_and_score(data: str, run: str, flagfile: str, averaged: str, decode_
                       "reused" if reused else f"{_count_lines(source):,} sentences"))
 
   t = _stage("5/7 BLEU")
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from t2t_keras.scoring import bleu
   variant = "all" if "all" in bleu.BLEU_VARIANTS else "both"  # "all" adds the paper's BLEU
   out = _run("t2t_keras.cli.bleu", f"--translation={hypotheses}", f"--reference={reference}",
@@ -223,7 +225,6 @@ def _train(work: str, data: str, run: str, flagfile: str, budget_s: float,
 
 def model_size(flagfile: str):
   """(hidden_size, num_hidden_layers, beam_size) that `flagfile` sets."""
-  from t2t_keras.hparams import create_decode_hparams, create_hparams
   values = {}
   with open(flagfile, encoding="utf-8") as f:
     for line in f:
@@ -253,6 +254,7 @@ def _average(run: str):
   Returns:
     (prefix of the averaged checkpoint, the steps averaged, newest first).
   """
+  # TensorFlow and the models: loaded when the command runs, not for --help
   import tensorflow as tf
   state = tf.train.get_checkpoint_state(run)
   if not state or not state.model_checkpoint_path:

@@ -26,8 +26,9 @@ import sys
 
 from absl import app, flags
 
-from t2t_keras.cli import common_flags
-from t2t_keras.cli import file_checks
+from t2t_keras.cli import common_flags, file_checks
+from t2t_keras.hparams import create_decode_hparams
+from t2t_keras.rundir.files import RunDir
 
 FLAGS = flags.FLAGS
 
@@ -49,8 +50,8 @@ flags.DEFINE_string("export_dir", None,
 def main(argv):
   del argv
   common_flags.resolve_path_flags("data_dir", "output_dir", "checkpoint_path")
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from t2t_keras import trained_run
-  from t2t_keras.hparams import create_decode_hparams
 
   # decode_hparams are baked into the graph, e.g. 'beam_size=4,alpha=0.6,return_beams=true'.
   try:  # T2T's sampling settings may come in --hparams too (sampling_method=random).
@@ -65,7 +66,6 @@ def main(argv):
     return
   common_flags.check_decode_hparams(decode_hp)  # those the run's model must allow
   beam_sizes = _beam_sizes(FLAGS.serving_beam_sizes)
-  from t2t_keras.rundir.files import RunDir
   export_dir = FLAGS.export_dir or RunDir(FLAGS.output_dir or "").export_dir
   try:
     trained_run.check_export_dir(export_dir)
@@ -91,7 +91,8 @@ def _beam_sizes(values) -> list:
 
 def _export_ctranslate2():
   """The run as a CTranslate2 model directory (refused by name where it cannot map)."""
-  from t2t_keras.export import ctranslate2, ctranslate2_decoder
+  # TensorFlow and the models: loaded when the command runs, not for --help
+  from t2t_keras.export import ctranslate2_decoder, ctranslate2_model
   if "," in (FLAGS.checkpoint_path or ""):
     raise app.UsageError(f"--checkpoint_path={FLAGS.checkpoint_path} is an ensemble; a "
                          "CTranslate2 model holds one: use --export_format=saved_model.")
@@ -103,8 +104,8 @@ def _export_ctranslate2():
   file_checks.check_output_dir("export_dir", export_dir)
   run = common_flags.load_trained_run()
   try:
-    ctranslate2.check_convertible(run.hparams)
-  except ctranslate2.NotConvertibleError as e:
+    ctranslate2_model.check_convertible(run.hparams)
+  except ctranslate2_model.NotConvertibleError as e:
     raise app.UsageError(f"{FLAGS.output_dir} cannot be exported to CTranslate2: {e}") from None
   try:
     target = run.export_ctranslate2(export_dir)

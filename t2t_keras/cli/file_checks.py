@@ -17,6 +17,7 @@ import tempfile
 
 from absl import app
 
+from data_gen import file_io
 from t2t_keras import errors
 
 STDIN = "-"
@@ -73,7 +74,6 @@ def read_input_lines(flag: str, path: str, what: str, delimiter: str = "\n",
     app.UsageError: `check_input_file`'s cases; invalid UTF-8; a NUL byte (a
       binary file); an empty stream.
   """
-  from data_gen import file_io
   where = f"--{flag}={path}"
   stream = allow_stdin and _is_stream(path)
   if not stream:

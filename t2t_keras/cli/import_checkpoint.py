@@ -49,6 +49,7 @@ def main(argv):
   for name in ("t2t_output_dir", "output_dir"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from t2t_keras.t2t_import import importer
   try:
     result = importer.import_t2t_run(

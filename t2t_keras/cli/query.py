@@ -27,12 +27,14 @@ import json
 import re
 import sys
 from typing import Callable, List, Optional, Sequence
+import urllib.error
 import urllib.request
 
 from absl import app, flags
+import numpy as np
 
-from t2t_keras.cli import common_flags
-from t2t_keras.cli import file_checks
+from data_gen import registry
+from t2t_keras.cli import common_flags, file_checks
 
 FLAGS = flags.FLAGS
 
@@ -68,6 +70,7 @@ def make_grpc_request_fn(server: str, servable_name: str, signature: str,
   settings: {name: value} of `SETTINGS` sent with every request, one value per
   sentence (so that a server batching requests can concatenate them).
   """
+  # gRPC and TensorFlow: loaded when a query is sent, not for --help
   import grpc
   import tensorflow as tf
   from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
@@ -97,6 +100,7 @@ def signature_defaults(server: str, servable_name: str, signature: str, timeout_
   Raises:
     KeyError: the model has no such signature (the message lists those it has).
   """
+  # TensorFlow: loaded when a query is sent, not for --help
   from google.protobuf import json_format
   import tensorflow as tf
   from tensorflow.core.framework import tensor_pb2
@@ -108,6 +112,7 @@ def signature_defaults(server: str, servable_name: str, signature: str, timeout_
     defaults = {name: json_format.ParseDict(value, tensor_pb2.TensorProto())
                 for name, value in signatures.get(signature, {}).get("defaults", {}).items()}
   else:
+    # gRPC: loaded when a query is sent, not for --help
     import grpc
     from tensorflow_serving.apis import (get_model_metadata_pb2, model_pb2,
                                          prediction_service_pb2_grpc)
@@ -131,7 +136,6 @@ def make_rest_request_fn(server: str, servable_name: str, signature: str,
                          settings: Optional[dict] = None) -> Callable[[List], dict]:
   """fn(list of bytes) -> {"outputs": list, "scores": list} over TF Serving's REST API
   (settings: as `make_grpc_request_fn`, in each row of the row format)."""
-  import numpy as np
   url = f"http://{server}/v1/models/{servable_name}:predict"
 
   def request_fn(values: List[bytes]) -> dict:
@@ -162,8 +166,7 @@ def _row_texts(row, encoders: Optional[dict], n_best: Optional[int] = None) -> L
   hypotheses (the rest "" and 0): the first `n_best` are kept, empty ones too (an
   empty input has n_best empty hypotheses), so every line has n_best columns.
   """
-  import numpy as np
-
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from t2t_keras.decoding import seq2seq
   if encoders is None:
     values = [row] if isinstance(row, (bytes, str)) else list(np.ravel(row))
@@ -185,6 +188,7 @@ def translate(lines: Sequence[str], request_fn: Callable[[List], dict], batch_si
     n_best: the hypotheses per line asked of a `beam_<K>` signature (every line
       then has n_best columns); None: every column of the response.
   """
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from data_gen.text_encoder import EOS_ID
   from t2t_keras.export import saved_model
   if batch_size < 1:
@@ -238,7 +242,6 @@ def main(argv):
     if not FLAGS.data_dir or not FLAGS.problem:
       raise app.UsageError("--signature_name=serialized_example needs --problem and --data_dir "
                            "to encode inputs and decode output ids.")
-    from data_gen import registry
     try:  # an unknown problem, a missing or malformed vocabulary (named)
       encoders = registry.problem(FLAGS.problem, FLAGS.data_dir).feature_encoders(FLAGS.data_dir)
     except ValueError as e:
@@ -274,7 +277,6 @@ def main(argv):
 def _server_error(e: Exception) -> Optional[str]:
   """One line for a failed request (no server, unknown model, refused request); None
   for other exceptions (bugs)."""
-  import urllib.error
   api = "REST" if FLAGS.rest else "gRPC"
   where = f"--server={FLAGS.server}"
   grpc = sys.modules.get("grpc")

@@ -20,8 +20,7 @@ import sys
 
 from absl import app, flags
 
-from t2t_keras.cli import common_flags
-from t2t_keras.cli import file_checks
+from t2t_keras.cli import common_flags, file_checks
 from t2t_keras.perf import process
 from t2t_keras.rundir.files import RunDir
 from t2t_keras.training import stopping
@@ -43,9 +42,9 @@ def main(argv):
 
 
 def _check_and_train(signals: stopping.StopSignals):
-  """Checks the flags and input files, then trains (`run_training.train`)."""
+  """Checks the flags and input files, then trains (`training.runner.train`)."""
   common_flags.resolve_path_flags("data_dir", "output_dir")
-  # Resuming, --problem, --hparams_set and --data_dir default to the run's (run_training
+  # Resuming, --problem, --hparams_set and --data_dir default to the run's (runner
   # checks them; a gfile URL is checked there too).
   resuming = FLAGS.output_dir and ("://" in FLAGS.output_dir or os.path.exists(
       RunDir(FLAGS.output_dir).hparams_file))

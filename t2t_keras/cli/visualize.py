@@ -15,8 +15,9 @@ import sys
 
 from absl import app, flags
 
-from t2t_keras.cli import common_flags
-from t2t_keras.cli import file_checks
+from data_gen import registry
+from t2t_keras.cli import common_flags, file_checks
+from t2t_keras.rundir.files import RunDir
 
 FLAGS = flags.FLAGS
 
@@ -43,6 +44,7 @@ EXTRA_DECODE_LENGTH = 50  # T2T's decode_hparams.extra_length.
 def _open_run(output_dir: str, checkpoint_path, data_dir: str):
   """The run (`open_run`) with the weights of `checkpoint_path` (default: the newest
   loadable), its vocabulary checked against `data_dir`'s."""
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from t2t_keras import checkpoints, trained_run
   try:
     return trained_run.open_run(output_dir, checkpoint_path, data_dir,
@@ -57,7 +59,7 @@ def _open_run(output_dir: str, checkpoint_path, data_dir: str):
 
 
 def _attention_pictures(hparams, problem_name: str, plot_dir: str) -> list:
-  from data_gen import registry
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from t2t_keras.decoding import visualize
 
   kinds = visualize.KINDS if FLAGS.kind == "all" else (FLAGS.kind,)
@@ -96,6 +98,7 @@ def main(argv):
     raise app.UsageError("--sentence needs --data_dir (the problem's vocabulary).")
   if FLAGS.all_heads and FLAGS.head is not None:
     raise app.UsageError("Give --head or --all_heads, not both.")
+  # TensorFlow and the models: loaded when the command runs, not for --help
   from t2t_keras.decoding import visualize
   from t2t_keras.rundir import settings
 
@@ -103,7 +106,6 @@ def main(argv):
     visualize.check_matplotlib()
   except ImportError as e:
     raise app.UsageError(str(e)) from None
-  from t2t_keras.rundir.files import RunDir
   plot_dir = FLAGS.plot_dir or RunDir(FLAGS.output_dir).plots_dir
   file_checks.check_output_dir("plot_dir" if FLAGS.plot_dir else "output_dir", plot_dir)
   if FLAGS.sentence is not None:

@@ -45,10 +45,11 @@ import numpy as np
 import tensorflow as tf
 
 from data_gen.text_encoder import EOS_ID
-from t2t_keras.decoding.search_utils import (IntOrTensor, SearchOutput, SymbolsToLogitsFn,
-                                             check_decode_length, check_logits, check_positive_int,
-                                             check_state, init_id_buffer, item_decode_lengths,
-                                             write_column)
+from t2t_keras.decoding.search_utils import (ForcedPrefix, IntOrTensor, SearchOutput,
+                                             SymbolsToLogitsFn, check_decode_length,
+                                             check_logits, check_positive_int, check_state,
+                                             forced_prefix, init_id_buffer,
+                                             item_decode_lengths, prefix_step, write_column)
 from t2t_keras.decoding_state import DecodingState
 from t2t_keras.perf import search
 
@@ -186,23 +187,21 @@ def top_log_prob_extensions(logits: tf.Tensor, parent_log_probs: tf.Tensor,
 
 
 # ------------------------------------------------------------ beam search ---
-def _force_prefix(logits, state: _BeamState, extensions, prefix, k: int):
+def _force_prefix(logits, state: _BeamState, extensions, prefix: ForcedPrefix, k: int):
   """The extensions of step `state.i`, with the forced token where a prefix goes on.
 
-  Where item b is still inside its prefix (`prefix` = (ids `[batch, P]`,
-  lengths `[batch]`)), its only hypothesis (beam 0: no EOS and no second beam
-  can arise while forcing) is extended by the prefix token with the model's
-  log-prob of it, and the other k - 1 candidates are placeholders at -INF, as
-  the initial beams are. Elsewhere the extensions are kept as they are.
+  Where item b is still inside its prefix (`search_utils.prefix_step`), its
+  only hypothesis (beam 0: no EOS and no second beam can arise while forcing)
+  is extended by the prefix token, scored by `prefix.scoring`, and the other
+  k - 1 candidates are placeholders at -INF, as the initial beams are.
+  Elsewhere the extensions are kept as they are.
   """
   log_probs, beam, ids = extensions
-  prefix_ids, prefix_lengths = prefix
-  forcing = state.i < prefix_lengths  # [batch]
-  column = tf.minimum(state.i, tf.shape(prefix_ids)[1] - 1)
-  forced_id = tf.gather(prefix_ids, column, axis=1)  # [batch]
   first = logits[:, 0, :]  # [batch, vocab]
-  forced_lp = (tf.gather(first, forced_id, batch_dims=1) -
-               tf.reduce_logsumexp(first, axis=-1) + state.alive_log_probs[:, 0])
+  forcing, forced_id, forced_lp = prefix_step(
+      prefix, state.i,
+      lambda forced: tf.gather(first, forced, batch_dims=1) - tf.reduce_logsumexp(first, axis=-1))
+  forced_lp = forced_lp + state.alive_log_probs[:, 0]  # [batch]
   batch_size = tf.shape(logits)[0]
   placeholders = tf.fill([batch_size, k - 1], -INF)
   forced = (tf.concat([forced_lp[:, None], placeholders], axis=1),
@@ -214,7 +213,7 @@ def _grow_topk(symbols_to_logits_fn, state: _BeamState, per_item: Any,
                options: BeamSearchOptions, prefix=None, alpha=None):
   """Extends the alive beams by one token; keeps the best 2 * beam_size.
 
-  With `prefix` (ids, lengths) an item inside its prefix takes the prefix token
+  With `prefix` (a `ForcedPrefix`) an item inside its prefix takes the prefix token
   (`_force_prefix`). `alpha`: the items' own alphas `[batch]` (default
   options.alpha for all).
 
@@ -426,9 +425,7 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
   if top_beams is not None:
     top_beams = tf.cast(top_beams, tf.int32)
   active = lambda s: _active_items(s, lengths, options, alphas, top_beams)
-  if prefix is not None:
-    prefix_ids = tf.pad(tf.cast(prefix, tf.int32), [[0, 0], [0, 1]])  # never 0 columns
-    prefix = (prefix_ids, tf.reduce_sum(tf.cast(tf.not_equal(prefix_ids, 0), tf.int32), 1))
+  prefix = forced_prefix(prefix)
   # `per_item` never changes: captured by the loop, not carried through it.
   search = tf.while_loop(
       lambda *s: tf.reduce_any(active(_BeamState(*s))),

@@ -4,10 +4,10 @@ Scoring is teacher-forced: log P(ids) = sum over the non-PAD positions of the
 log-softmax of the model's logits at the id (a text is scored as it was
 trained: its subword ids + EOS). Sampling continues prompts with the cached
 incremental decoding of `decode_step`, through `sampling.sample` (temperature 0:
-`sampling.greedy_search`); a prompt is forced as T2T forces an LM's
-`partial_targets`: while a row is inside its prompt its logits are replaced by
-0 at the prompt id and -1e9 elsewhere, so the row takes the prompt id at a
-log-probability of 0 and the score counts the continuation only.
+`sampling.greedy_search`); each prompt is its row's forced prefix, scored
+"free": the row takes the prompt ids at a log-probability of 0, as T2T forces an
+LM's `partial_targets` (logits 0 at the prompt id, -1e9 elsewhere), so the score
+counts the continuation only.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import tensorflow as tf
 
 from data_gen.text_encoder import EOS_ID, PAD_ID
 from t2t_keras.decoding import sampling, text_args
-
-_FORCED_OFF = -1e9  # T2T's forced-logit value for every id but the prompt's
 
 
 class Continuation(NamedTuple):
@@ -103,13 +101,6 @@ def _check_sampling(model, max_new_tokens, temperature, top_k, seed) -> None:
     raise ValueError(f"seed must be an int or a pair of ints, got {seed!r}.")
 
 
-def _forced(logits: tf.Tensor, prefix: tf.Tensor, prefix_lengths: tf.Tensor, i) -> tf.Tensor:
-  """`logits` `[batch, vocab]` with the rows still inside their prefix forced to its id."""
-  index = tf.minimum(i, tf.shape(prefix)[1] - 1)
-  forced = tf.one_hot(tf.gather(prefix, index, axis=1), tf.shape(logits)[1], 0.0, _FORCED_OFF)
-  return tf.where((i < prefix_lengths)[:, None], forced, logits)
-
-
 def sample_ids(model, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                temperature: float = 1.0, top_k: int = -1, seed: int = 0) -> List[Continuation]:
   """Continues each prompt (ids without EOS; [] for none) by up to `max_new_tokens` ids.
@@ -138,17 +129,18 @@ def sample_ids(model, prompts: Sequence[Sequence[int]], max_new_tokens: int,
     state = model.init_decoding_state(tf.shape(prefix)[0], decode_length)
 
     def fn(ids, i, state):
-      logits, state = model.decode_step(ids[:, i], i, state)
-      return _forced(logits, prefix, prefix_lengths, i), state
+      return model.decode_step(ids[:, i], i, state)
 
     initial = tf.zeros([tf.shape(prefix)[0]], tf.int32)
     limits = prefix_lengths + max_new_tokens
     if temperature == 0:
       out = sampling.greedy_search(fn, initial, decode_length, EOS_ID, state,
-                                   decode_lengths=limits)
+                                   decode_lengths=limits, prefix=prefix,
+                                   prefix_scoring="free")
     else:
       out = sampling.sample(fn, initial, decode_length, temperature, top_k, seed, EOS_ID,
-                            state, decode_lengths=limits)
+                            state, decode_lengths=limits, prefix=prefix,
+                            prefix_scoring="free")
     return out.ids, out.scores
 
   ids, scores = tf.function(run)(tf.constant(_pad(prompts, max(width, 1))),

@@ -18,10 +18,11 @@ from typing import Optional, Sequence, Union
 import tensorflow as tf
 
 from data_gen.text_encoder import EOS_ID, PAD_ID
-from t2t_keras.decoding.search_utils import (IntOrTensor, SearchOutput, SymbolsToLogitsFn,
-                                             check_decode_length, check_logits, check_state,
+from t2t_keras.decoding.search_utils import (ForcedPrefix, IntOrTensor, SearchOutput,
+                                             SymbolsToLogitsFn, check_decode_length,
+                                             check_logits, check_state, forced_prefix,
                                              init_id_buffer, is_int, item_decode_lengths,
-                                             write_column)
+                                             prefix_step, write_column)
 from t2t_keras.decoding_state import DecodingState
 
 # T2T's sampling_keep_top_k sets the logits outside the top k to this value.
@@ -62,15 +63,12 @@ def sample_with_temperature(logits: tf.Tensor, temperature: float, top_k: int = 
 
 
 def _decode_loop(symbols_to_logits_fn, initial_ids, decode_length, eos_id, state,
-                 choose_fn, decode_lengths=None, prefix=None):
+                 choose_fn, decode_lengths=None, prefix: Optional[ForcedPrefix] = None):
   """Shared greedy/sampling loop; `choose_fn(logits [b, V], i) -> [b]`; a row
-  inside its `prefix` `[b, P]` (0-padded) takes the prefix token instead."""
+  inside its `prefix` takes the prefix token instead (`search_utils.prefix_step`)."""
   check_decode_length(decode_length)
   ids = init_id_buffer(initial_ids, decode_length)  # [batch, L+1]
   batch_size = tf.shape(ids)[0]
-  if prefix is not None:
-    prefix = tf.pad(tf.cast(prefix, tf.int32), [[0, 0], [0, 1]])  # never 0 columns
-    prefix_lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefix, PAD_ID), tf.int32), 1)
   lengths = item_decode_lengths(decode_lengths, decode_length, batch_size)
   state = check_state(state, ids.shape[0])
 
@@ -80,10 +78,13 @@ def _decode_loop(symbols_to_logits_fn, initial_ids, decode_length, eos_id, state
         ids, i, DecodingState(per_beam, state.per_item, in_place))
     logits = check_logits(logits, None)  # [batch, V]
     next_id = choose_fn(logits, i)  # [batch]
+    log_probs = tf.nn.log_softmax(logits)  # [batch, V]
+    token_log_prob = tf.gather(log_probs, next_id, batch_dims=1)  # [batch]
     if prefix is not None:
-      forced = tf.gather(prefix, tf.minimum(i, tf.shape(prefix)[1] - 1), axis=1)
-      next_id = tf.where(i < prefix_lengths, forced, next_id)
-    token_log_prob = tf.gather(tf.nn.log_softmax(logits), next_id, batch_dims=1)  # [batch]
+      inside, forced_id, forced_log_prob = prefix_step(
+          prefix, i, lambda forced: tf.gather(log_probs, forced, batch_dims=1))
+      next_id = tf.where(inside, forced_id, next_id)
+      token_log_prob = tf.where(inside, forced_log_prob, token_log_prob)
     # Count log-probs up to and including the first EOS, pad after it.
     log_prob += tf.where(active, token_log_prob, 0.0)
     next_id = tf.where(active, next_id, PAD_ID)
@@ -105,7 +106,8 @@ def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tenso
                   decode_length: IntOrTensor, eos_id: int = EOS_ID,
                   state: Optional[DecodingState] = None,
                   decode_lengths: Optional[tf.Tensor] = None,
-                  prefix: Optional[tf.Tensor] = None) -> SearchOutput:
+                  prefix: Optional[tf.Tensor] = None,
+                  prefix_scoring: str = "model") -> SearchOutput:
   """Argmax decoding (T2T `_fast_decode` with `sampling_method="argmax"`).
 
   Args:
@@ -119,7 +121,9 @@ def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tenso
       (capped at `decode_length`); a row reaching it stops without EOS, as
       T2T's greedy loop does at its decode_length.
     prefix: optional `[batch, P]` int32 forced first ids per row (0-padded, no
-      EOS): a row takes them, with their log-probs, before choosing its own.
+      EOS): a row takes them before choosing its own.
+    prefix_scoring: how the forced ids score (`search_utils.PREFIX_SCORINGS`):
+      "model" counts their log-probs, "free" counts 0 for them.
 
   Returns:
     `search_utils.SearchOutput`: ids `[batch, decode_length + 1]` int32 incl.
@@ -129,7 +133,7 @@ def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tenso
   """
   return _decode_loop(symbols_to_logits_fn, initial_ids, decode_length, eos_id, state,
                       lambda logits, i: sample_with_temperature(logits, 0.0), decode_lengths,
-                      prefix)
+                      forced_prefix(prefix, prefix_scoring))
 
 
 def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
@@ -137,7 +141,8 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
            seed: Union[int, Sequence[int]] = 0, eos_id: int = EOS_ID,
            state: Optional[DecodingState] = None,
            decode_lengths: Optional[tf.Tensor] = None,
-           prefix: Optional[tf.Tensor] = None) -> SearchOutput:
+           prefix: Optional[tf.Tensor] = None,
+           prefix_scoring: str = "model") -> SearchOutput:
   """Sampling decode (T2T `sampling_method="random"`).
 
   Args:
@@ -146,8 +151,9 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
     seed: int or pair of ints; the same seed gives the same samples (step i
       uses the seed folded with i). TF's stateless RNG gives a different
       (equally reproducible) stream under `jit_compile=True`.
-    Other arguments (incl. `decode_lengths`, `prefix`) and the return value as in
-    `greedy_search`; scores sum the untempered log-probs of the drawn ids.
+    Other arguments (incl. `decode_lengths`, `prefix`, `prefix_scoring`) and the
+    return value as in `greedy_search`; scores sum the untempered log-probs of
+    the drawn ids.
   """
   if isinstance(temperature, bool) or not isinstance(
       temperature, (int, float)) or temperature < 0:
@@ -159,6 +165,7 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
           all(is_int(x) for x in seed_pair)):
     raise ValueError(f"seed must be an int or a pair of ints, got {seed!r}.")
   seed_tensor = tf.constant(seed_pair, tf.int32)
+  prefix = forced_prefix(prefix, prefix_scoring)
 
   def choose(logits, i):
     step_seed = tf.random.experimental.stateless_fold_in(seed_tensor, i)

@@ -1,8 +1,10 @@
-"""What every decoding loop shares: the id buffer, per-row lengths, argument checks.
+"""What every decoding loop shares: the id buffer, per-row lengths, the forced
+prefix, argument checks.
 
-Used by `beam_search.py` and `sampling.py`. The loops write decoded ids into a
-fixed-size buffer `[n, decode_length + 1]` (column 0 holds the initial ids) and
-stop each row at its own decode length, so shapes never change across steps.
+Used by `beam_search.py` and `sampling.py` (and, through `sampling.py`, `lm.py`).
+The loops write decoded ids into a fixed-size buffer `[n, decode_length + 1]`
+(column 0 holds the initial ids) and stop each row at its own decode length, so
+shapes never change across steps.
 """
 
 from __future__ import annotations
@@ -72,6 +74,63 @@ def item_decode_lengths(decode_lengths, decode_length: IntOrTensor,
     raise ValueError("decode_lengths must have shape [batch], got shape "
                      f"{decode_lengths.shape}.")
   return tf.minimum(tf.cast(decode_lengths, tf.int32), tf.cast(decode_length, tf.int32))
+
+
+# How a forced prefix id is scored: "model": the model's log-prob of it counts,
+# as scoring the whole output would (seq2seq prefixes); "free": it counts 0, so
+# the score is the continuation's alone (T2T's LM `partial_targets`, lm.py).
+PREFIX_SCORINGS = ("model", "free")
+
+
+class ForcedPrefix(NamedTuple):
+  """Forced first ids per row, prepared once per search by `forced_prefix`.
+
+  ids: `[batch, P + 1]` int32, 0-padded; the extra PAD column lets step i
+    always gather a column, also when P is 0.
+  lengths: `[batch]` int32, each row's prefix length (its non-PAD ids).
+  scoring: one of `PREFIX_SCORINGS`.
+  """
+  ids: tf.Tensor
+  lengths: tf.Tensor
+  scoring: str
+
+
+def forced_prefix(prefix: Optional[tf.Tensor],
+                  scoring: str = "model") -> Optional[ForcedPrefix]:
+  """`prefix` `[batch, P]` int forced first ids (0-padded, no EOS) -> `ForcedPrefix`
+  (None for None)."""
+  if scoring not in PREFIX_SCORINGS:
+    raise ValueError(f"prefix scoring must be one of {PREFIX_SCORINGS}, got {scoring!r}.")
+  if prefix is None:
+    return None
+  ids = tf.pad(tf.cast(prefix, tf.int32), [[0, 0], [0, 1]])
+  lengths = tf.reduce_sum(tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), 1)
+  return ForcedPrefix(ids, lengths, scoring)
+
+
+def prefix_step(prefix: ForcedPrefix, i: tf.Tensor,
+                model_log_prob: Callable[[tf.Tensor], tf.Tensor]
+                ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  """The forced token of step `i` (scalar int32) of every row.
+
+  Args:
+    prefix: from `forced_prefix`.
+    model_log_prob: ids `[batch]` -> `[batch]` float32, the model's log-prob
+      of the ids at this step, computed as the caller scores the ids it
+      chooses itself (so a forced id scores as the same id chosen would);
+      called only under scoring "model".
+  Returns:
+    (inside `[batch]` bool: the rows still inside their prefix, which take
+    the forced ids; ids `[batch]` int32, the forced ids (meaningless where not
+    inside); log_probs `[batch]` float32, their scores under `prefix.scoring`).
+  """
+  column = tf.minimum(i, tf.shape(prefix.ids)[1] - 1)
+  ids = tf.gather(prefix.ids, column, axis=1)
+  if prefix.scoring == "free":
+    log_probs = tf.zeros(tf.shape(ids), tf.float32)
+  else:
+    log_probs = model_log_prob(ids)
+  return i < prefix.lengths, ids, log_probs
 
 
 def check_logits(logits: tf.Tensor, vocab_size: Optional[int]) -> tf.Tensor:

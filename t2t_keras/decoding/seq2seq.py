@@ -3,7 +3,7 @@
 `decode_ids` is the in-graph core, shared by the decoder CLI and the exporter:
 inputs `[batch, length]` ids -> output ids and scores; `make_decode_fn` makes it a
 tf.function. Text (encoding, input cuts, T2T's `decode_from_file` order, one output
-line per input line) is `decode_text.py`'s.
+line per input line) is `text_decoder.py`'s.
 
 Maximum decode length: T2T uses `padded input length + extra_length` for the
 whole batch, so a sentence's output depends on its batch. Here each sentence's
@@ -163,7 +163,7 @@ def make_decode_fn(model: Transformer, decode_hp: DecodeHParams, use_cache: bool
 
   With jit_compile the function is traced per input shape (decode_length is then
   static, as XLA needs); callers pad lengths to a few buckets to bound retracing.
-  A mixed-bfloat16 model decodes through its bfloat16 twin (`perf.inference`):
+  A mixed-bfloat16 model decodes through its bfloat16 twin (`inference_choices`):
   this is the one place that choice is made. The function's `decoded_model` is
   what it runs; pass it back as `decoded_model` to share it between functions
   (its weights are a snapshot: `inference.copy_weights` refreshes them).

@@ -10,8 +10,8 @@ Input length: by default no input is cut, whatever its length, as T2T's decoder
 and its serving input did: sinusoidal positions extend to any length, and a
 learned position table (hparams `pos="emb"`) adds nothing past its `max_length`
 rows, as T2T's `add_positional_embedding`. With decode hparam `max_input_size` > 0
-an input is cut to `max_input_size - 1` subword tokens + EOS (`input_cap`, T2T's
-count), and one warning per call names the cut lines. The SavedModel
+an input is cut to `max_input_size - 1` subword tokens + EOS (`text_rules.input_cap`,
+T2T's count), and one warning per call names the cut lines. The SavedModel
 (export.py) applies the same rule and names each cut row in its `errors`
 output, so the decoder and the SavedModel give the same output for every line.
 
@@ -33,33 +33,14 @@ import tensorflow as tf
 from data_gen import tokenizer
 from data_gen.text_encoder import EOS_ID, PAD_ID
 from t2t_keras import hparams_checks
-from t2t_keras.decoding import ensemble, inference_choices, seq2seq
+from t2t_keras.decoding import alignments, ensemble, inference_choices, seq2seq
+from t2t_keras.decoding.text_rules import clean_output, input_cap
 from t2t_keras.hparams import DecodeHParams
 from t2t_keras.model import Transformer
 
 DEFAULT_FILE_BATCH_SIZE = 32  # T2T: decode_hparams.batch_size=0 means 32 from a file
-# Characters that break a line (`str.splitlines`) or a tab-separated column; never
-# in an output (export.py removes the same set in-graph).
-OUTPUT_BREAKS = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x85\u2028\u2029"
-_BREAKS_TABLE = {ord(c): " " for c in OUTPUT_BREAKS}
 MAX_LINES_NAMED = 20  # line numbers a truncation warning names
 ALIGNMENT_SEPARATOR = " ||| "  # text ||| alignments, as OpenNMT-tf and fairseq write them
-
-
-def input_cap(decode_hp: DecodeHParams) -> Optional[int]:
-  """Subword tokens kept of an input (EOS not counted), or None: no cut.
-
-  T2T's `_decode_batch_input_fn`: with `max_input_size` > 0 an input keeps
-  `max_input_size - 1` tokens, so that with EOS it has `max_input_size` ids.
-  """
-  if decode_hp.max_input_size > 0:
-    return decode_hp.max_input_size - 1
-  return None
-
-
-def clean_output(text: str) -> str:
-  """`text` with each line break or tab (`OUTPUT_BREAKS`) replaced by a space."""
-  return text.translate(_BREAKS_TABLE)
 
 
 class LineDecoder:
@@ -301,7 +282,6 @@ class TextDecoder(LineDecoder):
     return ids.numpy(), scores.numpy()
 
   def _align(self, rows, ids):
-    from t2t_keras.decoding import alignments
     hp = self.decode_hp
     if not hp.return_beams:
       return alignments.alignments(self.model, self.encoders, rows, list(ids),

@@ -27,6 +27,7 @@ from data_gen.text_encoder import EOS_ID
 from t2t_keras.decoding import seq2seq
 from t2t_keras.hparams import DecodeHParams
 from t2t_keras.model import Transformer
+from t2t_keras.rundir.files import RunDir
 
 KINDS = ("encoder", "decoder", "encdec")  # the fields of model.AttentionScores
 # Default picture sizes in pixels (width, height) at DPI dots per inch.
@@ -144,14 +145,14 @@ MATPLOTLIB_MISSING = ("pictures need matplotlib, which is not installed: run pip
 def check_matplotlib() -> None:
   """Raises ImportError(MATPLOTLIB_MISSING) unless matplotlib imports."""
   try:
-    import matplotlib  # noqa: F401  pylint: disable=unused-import
+    import matplotlib  # noqa: F401  (optional dependency)  pylint: disable=unused-import
   except ImportError as e:
     raise ImportError(MATPLOTLIB_MISSING) from e
 
 
 def _figure(size: Tuple[int, int], dpi: int):
   check_matplotlib()
-  from matplotlib.figure import Figure
+  from matplotlib.figure import Figure  # optional dependency (the viz extra)
   width, height = size
   if width < 50 or height < 50:
     raise ValueError(f"size must be at least 50x50 pixels, got {size}.")
@@ -348,7 +349,6 @@ def plot_training_curves(output_dir: str, path: str, size: Tuple[int, int] = CUR
     ValueError: no `loss` scalar in either directory.
   """
   train = read_scalars(output_dir)
-  from t2t_keras.rundir.files import RunDir
   eval_dir = RunDir(output_dir).eval_dir
   evals = read_scalars(eval_dir) if tf.io.gfile.isdir(eval_dir) else {}
   if "loss" not in train and "loss" not in evals:

@@ -1,7 +1,8 @@
 """Exports: the SavedModel, and the CTranslate2 model with its decoder."""
 
+from t2t_keras import old_paths
+
 
 def __getattr__(name):
   # The names of the 0.x module this package replaced, for one release.
-  from t2t_keras import old_paths  # pylint: disable=g-import-not-at-top
   return old_paths.package_getattr(__name__, name)

@@ -1,4 +1,4 @@
-"""Decoding text with CTranslate2 (`ctranslate2_export`), as close to T2T's search as it allows.
+"""Decoding text with CTranslate2 (`ctranslate2_model`), as close to T2T's search as it allows.
 
 What is T2T's here:
   * each sentence's cap is its own input length (EOS included) + extra_length,
@@ -31,7 +31,8 @@ import numpy as np
 from data_gen.text_encoder import EOS_ID
 from t2t_keras import errors
 from t2t_keras.decoding.text_decoder import LineDecoder
-from t2t_keras.export.ctranslate2 import INFO_FILE, MAX_POSITIONS
+from t2t_keras.export.ctranslate2_model import INFO_FILE, MAX_POSITIONS
+from t2t_keras.rundir.files import RunDir
 from t2t_keras.hparams import DecodeHParams
 
 COMPUTE_TYPES = ("float32", "int8", "int8_float32")
@@ -42,7 +43,7 @@ INSTALL_HINT = ("CTranslate2 is an optional extra: pip install -e '.[ct2]' "
 def import_ctranslate2():
   """The `ctranslate2` module, or an ImportError that says how to install it."""
   try:
-    import ctranslate2
+    import ctranslate2  # optional dependency (the ct2 extra)
   except ImportError as e:
     raise ImportError(f"{INSTALL_HINT} ({e})") from None
   return ctranslate2
@@ -177,5 +178,4 @@ class CTranslate2Decoder(LineDecoder):
 
 def default_model_dir(output_dir: str) -> str:
   """Where `t2t_keras_exporter --export_format=ctranslate2` writes by default."""
-  from t2t_keras.rundir.files import RunDir
   return RunDir(output_dir).ctranslate2_dir

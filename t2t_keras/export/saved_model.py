@@ -34,7 +34,7 @@ float32, bfloat16 and float16.
 Input handling (both signatures): an input with no tokens (an empty or
 whitespace-only sentence, or no ids) gives an empty output and score 0 (the
 model is not asked to translate nothing, as in `TextDecoder`). Input length is
-`TextDecoder`'s rule (`decode_text.input_cap`): by default no input is cut,
+`TextDecoder`'s rule (`text_rules.input_cap`): by default no input is cut,
 whatever its length (as T2T's serving input; a learned position table adds
 nothing past its `max_length` rows); with decode hparam `max_input_size` > 0
 (baked in at export) an input keeps `max_input_size - 1` subword tokens + EOS,
@@ -44,7 +44,7 @@ both give the same output for every line. A row that is not valid UTF-8 gets an
 empty output, score 0 and a message in `errors` (tf.string `[batch]`, "" for
 rows neither cut nor invalid) without failing the batch; an input that is not a
 `[batch]` vector is an InvalidArgumentError saying so. Output text never holds a
-line break or tab (`decode_text.OUTPUT_BREAKS` become spaces, as in `TextDecoder`).
+line break or tab (`text_rules.OUTPUT_BREAKS` become spaces, as in `TextDecoder`).
 
 The vocab files are assets and `assets.extra/tf_serving_warmup_requests` holds
 warm-up PredictRequests. Every exported file is readable by others
@@ -60,12 +60,13 @@ import re
 from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
+from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-from data_gen import file_io
+from data_gen import file_io, text_encoder
 from data_gen.graph_text_encoder import GraphSubwordEncoder, is_valid_utf8
 from data_gen.text_encoder import EOS_ID, PAD_ID
 from t2t_keras import errors, perf
-from t2t_keras.decoding import seq2seq, text_decoder
+from t2t_keras.decoding import seq2seq, text_rules
 from t2t_keras.hparams import DecodeHParams, HParams
 from t2t_keras.model import Transformer
 
@@ -76,7 +77,7 @@ EXAMPLE_INPUT_KEY = "input"  # T2T's receiver tensor key
 WARMUP_FILENAME = "tf_serving_warmup_requests"
 WARMUP_SENTENCES = ("Hello world.", "")
 INVALID_UTF8_ERROR = "input is not valid UTF-8; send UTF-8 text"
-_BREAKS_PATTERN = "[%s]" % "".join("\\x{%x}" % ord(c) for c in text_decoder.OUTPUT_BREAKS)
+_BREAKS_PATTERN = "[%s]" % "".join("\\x{%x}" % ord(c) for c in text_rules.OUTPUT_BREAKS)
 STALE_EXPORT_SECONDS = 24 * 3600
 SETTING_KEYS = ("alpha", "extra_length", "n_best")
 
@@ -88,7 +89,7 @@ def settings_signature(beam_size: int) -> str:
 
 def truncation_message(decode_hp: DecodeHParams) -> str:
   """The `errors` entry of a text row cut by `max_input_size` ("" when nothing is cut)."""
-  cap = text_decoder.input_cap(decode_hp)
+  cap = text_rules.input_cap(decode_hp)
   if cap is None:
     return ""
   return (f"input cut to {cap} subword tokens + EOS (max_input_size="
@@ -118,7 +119,7 @@ def _ids_to_text(encoder: GraphSubwordEncoder, ids: tf.Tensor) -> tf.Tensor:
   not only the trailing ones.
   """
   text = encoder.decode(tf.ragged.boolean_mask(ids, tf.not_equal(ids, PAD_ID)), cut_at_eos=True)
-  return tf.strings.regex_replace(text, _BREAKS_PATTERN, " ")  # = decode_text.clean_output
+  return tf.strings.regex_replace(text, _BREAKS_PATTERN, " ")  # = text_rules.clean_output
 
 
 def _as_batch(values: tf.Tensor, name: str) -> tf.Tensor:
@@ -135,7 +136,7 @@ class ServingModule(tf.Module):
 
   Args:
     model: a built Transformer with restored weights.
-    hparams: its HParams (input length needs none of them: `decode_text.input_cap`).
+    hparams: its HParams (input length needs none of them: `text_rules.input_cap`).
     decode_hp: beam_size, alpha, extra_length, return_beams, max_input_size are
       baked into the graph (alpha, extra_length, n_best as `beam_<K>` defaults).
     vocab_files: {"inputs": path, "targets": path} of T2T `.subwords` files.
@@ -158,7 +159,7 @@ class ServingModule(tf.Module):
     self.model_variables = [v.value for v in model.variables]
     self._model_fn = lambda: model  # a closure, so the Keras model is not tracked
     self.decode_hp = decode_hp
-    self.cap = text_decoder.input_cap(decode_hp)
+    self.cap = text_rules.input_cap(decode_hp)
     self.input_encoder = GraphSubwordEncoder(vocab_files["inputs"])
     if os.path.abspath(vocab_files["targets"]) == os.path.abspath(vocab_files["inputs"]):
       self.target_encoder = self.input_encoder
@@ -345,7 +346,6 @@ def existing_versions(export_dir: str) -> List[int]:
 def _warmup_requests(module: ServingModule, encoders: Dict) -> List:
   """PredictionLogs with one PredictRequest per signature (real sentences; the
   `beam_<K>` ones with their default settings)."""
-  from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
   logs = []
   sentences = list(WARMUP_SENTENCES)
   texts = [s.encode("utf-8") for s in sentences]
@@ -415,7 +415,6 @@ def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHP
       partial export is removed and no version appears.
   """
   if encoders is None:
-    from data_gen import text_encoder
     encoders = {s: text_encoder.SubwordTextEncoder(vocab_files[s])
                 for s in ("inputs", "targets")}
   module = ServingModule(model, hparams, decode_hp, vocab_files, beam_sizes)

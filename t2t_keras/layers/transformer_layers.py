@@ -13,11 +13,12 @@ import tensorflow as tf
 
 from t2t_keras.decoding_state import KeyValue, Memory
 from t2t_keras.hparams import DROPOUT_BROADCAST_DIMS_RANKS, HParams, broadcast_dims
+from t2t_keras.layers import HParamsConfig
 from t2t_keras.layers.attention import MultiHeadAttention
 from t2t_keras.layers.ffn import DenseReluDense, LayerPrepostprocess
 
 
-class HParamsLayer(keras.layers.Layer):
+class HParamsLayer(HParamsConfig, keras.layers.Layer):
   """A layer configured by the whole HParams; `get_config` round-trips it."""
 
   def __init__(self, hparams: HParams, **kwargs):
@@ -31,17 +32,6 @@ class HParamsLayer(keras.layers.Layer):
     while hasattr(self, f"layer_{len(out)}"):
       out.append(getattr(self, f"layer_{len(out)}"))
     return out
-
-  def get_config(self):
-    config = super().get_config()
-    config["hparams"] = self.hparams.to_dict()
-    return config
-
-  @classmethod
-  def from_config(cls, config):
-    config = dict(config)
-    config["hparams"] = HParams.from_dict(config["hparams"])
-    return cls(**config)
 
 
 def _broadcast_dims(hp: HParams, name: str) -> Tuple[int, ...]:
@@ -143,6 +133,8 @@ class DecoderLayer(HParamsLayer):
   `step` is the same layer for one incremental decoding step.
   """
 
+  CONFIG_ATTRIBUTES = ("encdec",)
+
   def __init__(self, hparams: HParams, encdec: bool = True, **kwargs):
     super().__init__(hparams, **kwargs)
     self.encdec = encdec
@@ -175,11 +167,6 @@ class DecoderLayer(HParamsLayer):
       x = self.encdec_post(x, y, training=training)
     x = _feed_forward(self, x, training)
     return (x, (self_scores, encdec_scores)) if return_attention_scores else x
-
-  def get_config(self):
-    config = super().get_config()
-    config["encdec"] = self.encdec
-    return config
 
   def step(self, x, self_bias, encdec_bias, memory: KeyValue, buffers: KeyValue,
            index) -> Tuple[tf.Tensor, KeyValue]:
@@ -271,6 +258,7 @@ class TransformerDecoder(_Stack):
   """
 
   layer_class = DecoderLayer
+  CONFIG_ATTRIBUTES = ("encdec",)
 
   def __init__(self, hparams: HParams, encdec: bool = True, **kwargs):
     super().__init__(hparams, **kwargs)
@@ -281,11 +269,6 @@ class TransformerDecoder(_Stack):
 
   def _layer_kwargs(self):
     return {"encdec": self.encdec}
-
-  def get_config(self):
-    config = super().get_config()
-    config["encdec"] = self.encdec
-    return config
 
   def call(self, x, encoder_output, self_bias, encdec_bias, training=None,
            return_attention_scores=False):

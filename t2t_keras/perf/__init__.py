@@ -37,6 +37,8 @@ import contextlib
 import os
 import threading
 
+from t2t_keras import old_paths
+
 PLAIN_OPS_ENV = "T2T_KERAS_PLAIN_OPS"
 
 _tracing = threading.local()  # tf.function traces in the calling thread
@@ -91,5 +93,4 @@ def plain_ops() -> bool:
 
 def __getattr__(name):
   # inference, moved to decoding.inference_choices in 1.0, for one release.
-  from t2t_keras import old_paths  # pylint: disable=g-import-not-at-top
   return old_paths.package_getattr(__name__, name)

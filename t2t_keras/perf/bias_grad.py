@@ -1,4 +1,4 @@
-"""Keras' `Dense` whose bias gradient is summed in float32 in mixed bfloat16.
+"""The bias add whose gradient is summed with float32 accumulation in mixed bfloat16.
 
 Keras' `Dense` adds its bias with `tf.nn.bias_add`, whose gradient is TensorFlow's
 `BiasAddGrad`. On CPU that kernel sums a bfloat16 gradient in bfloat16: over the

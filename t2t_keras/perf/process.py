@@ -4,7 +4,7 @@
 (`t2t_keras.cli.common_flags.run_cli`), by `tests/conftest.py` and by the
 benchmarks; importing this module changes nothing. `keep_freed_memory` is
 passed by the trainer command to the training loop
-(`experiment.Experiment(after_first_step=...)`), which calls it once after the
+(`training.schedules.Experiment(after_first_step=...)`), which calls it once after the
 first step; the library itself never imports this module.
 
 With `T2T_KERAS_PLAIN_OPS=1` (`t2t_keras.perf.plain_ops`) both are stock:

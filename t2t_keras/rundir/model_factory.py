@@ -26,7 +26,7 @@ def build_model(hparams: HParams, spec: ModelSpec, dtype: Optional[str] = None,
 
   Call it inside a strategy's scope to place the variables there. `dtype`: a
   Keras dtype policy name; None takes the global policy (`precision.py`).
-  Decoding builds its bfloat16 twin this way (`perf.inference`).
+  Decoding builds its bfloat16 twin this way (`decoding.inference_choices`).
   """
   if not spec.has_inputs:
     return build_language_model(hparams, spec.target_vocab_size, dtype=dtype, name=name)

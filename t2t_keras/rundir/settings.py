@@ -26,10 +26,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from data_gen import file_io
+from data_gen import file_io, registry
 from t2t_keras import errors
 from t2t_keras.errors import RunError
-from t2t_keras.hparams import HParams
+from t2t_keras.hparams import HParams, create_hparams
 from t2t_keras.rundir.files import HPARAMS_FILE, RUN_FILE, RunDir
 
 # run.json: the problem's registered name, beside the ModelSpec fields.
@@ -177,7 +177,6 @@ def resolve_run_settings(output_dir: str, problem: Optional[str] = None,
       the flag a new run lacks.
     errors.RunError: a damaged hparams.json or run.json.
   """
-  from t2t_keras.hparams import create_hparams
   hparams_path, run_path = _path(output_dir, HPARAMS_FILE), _path(output_dir, RUN_FILE)
   if not tf.io.gfile.exists(hparams_path):
     for name, value in (("problem", problem), ("hparams_set", hparams_set)):
@@ -293,7 +292,6 @@ def check_vocab(output_dir: str, data_dir: str, log: Callable[[str], None], prob
   if problem is None:
     if run is None or PROBLEM_KEY not in run:
       return None
-    from data_gen import registry  # pylint: disable=g-import-not-at-top
     try:
       problem = registry.problem(run[PROBLEM_KEY], data_dir)
     except ValueError as e:

@@ -6,7 +6,7 @@ name-based checkpoints `model.ckpt-<step>` whose variables carry T2T's scope
 names (`transformer/body/encoder/layer_0/self_attention/multihead_attention/q/kernel`,
 `transformer/symbol_modality_<vocab>_<hidden>/shared/weights_<shard>`, ...).
 
-`hparams_from_t2t` (in `t2t_import_hparams`) maps hparams.json onto `HParams`,
+`hparams_from_t2t` (in `t2t_hparams`) maps hparams.json onto `HParams`,
 refusing by name and value what we do not implement.
 `load_t2t_weights` assigns every checkpoint variable to the Keras model built
 from those hparams (concatenating the symbol-modality row shards), ignoring
@@ -26,10 +26,14 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from data_gen import file_io, registry
+from t2t_keras import checkpoints
 from t2t_keras.hparams import HParams, create_hparams, list_hparams_sets
+from t2t_keras.rundir import settings
 from t2t_keras.rundir.files import RunDir
 from t2t_keras.t2t_import.t2t_hparams import (T2T_INERT_HPARAMS, T2T_REQUIRED_VALUES,
                                               hparams_from_t2t, overrides_for, read_t2t_flags)
+from t2t_keras.training.trainer import Trainer
 
 # Variables of a T2T checkpoint that are not model weights.
 _IGNORED_VARIABLE_RE = re.compile(
@@ -451,7 +455,6 @@ def _choose_target_space(problem, source: str, hp: HParams,
 def _write_notes(directory: str, problem_name: str, result: Dict[str, Any], source: str,
                  assigned: int) -> None:
   """trainer_flags.txt (for t2t_keras_trainer --flagfile) and t2t_import.json (provenance)."""
-  from data_gen import file_io
   run = RunDir(directory)
   file_io.write_text(run.trainer_flags, "".join(
       f"--{k}={v}\n" for k, v in (("problem", problem_name),
@@ -503,10 +506,6 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
     {"output_dir", "checkpoint", "global_step" (our step), "hparams_set",
      "hparams", "t2t_global_step", "adam_slots", "adam_step_offset"}.
   """
-  from data_gen import file_io, registry
-  from t2t_keras import checkpoints
-  from t2t_keras.rundir import settings
-  from t2t_keras.training.trainer import Trainer
   if tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir):
     raise ValueError(f"--output_dir={output_dir} exists and is not empty; give a new directory.")
   flags = read_t2t_flags(t2t_output_dir)

@@ -5,6 +5,8 @@
 model, optimizer and the compiled step; `inputs` batches the TFRecords.
 """
 
+from t2t_keras import old_paths
+
 # T2T's schedules (--schedule). They live here, free of TensorFlow, so that the
 # trainer's --help lists them without loading it.
 TRAINING_SCHEDULES = ("train", "train_and_evaluate", "continuous_train_and_eval")
@@ -13,5 +15,4 @@ SCHEDULES = TRAINING_SCHEDULES + ("evaluate", "continuous_eval")
 
 def __getattr__(name):
   # The names of the 0.x module this package replaced, for one release.
-  from t2t_keras import old_paths  # pylint: disable=g-import-not-at-top
   return old_paths.package_getattr(__name__, name)

@@ -272,7 +272,7 @@ class Experiment:
 
     Returns:
       A summary: steps, tokens, wall_time_s, final_loss, flops and stop_reason
-      (one of run_dir.STOP_REASONS; empty when there was nothing to train).
+      (one of `rundir.settings.STOP_REASONS`; empty when there was nothing to train).
     """
     cfg = self.config
     self._check_data(self.train_pattern, "train")

@@ -6,7 +6,7 @@ Run as a script: logical devices must be configured before TensorFlow starts.
 For each case (precision, strategy, jit_compile) a small Transformer takes one
 train step (`Trainer.train_step`, dropout on); the traced step's graph and every
 function it reaches are checked against the kernel registry of the installed
-(CUDA) TensorFlow with `tests/support/gpu_kernels.py`: XLA-compiled functions against
+(CUDA) TensorFlow with `t2t_keras/perf/gpu_kernels.py`: XLA-compiled functions against
 XLA_GPU_JIT kernels, the rest against GPU kernels. Writes {case: {"missing": [...],
 "ops": n, "xla_functions": n}}.
 """
@@ -23,10 +23,9 @@ tf.config.set_logical_device_configuration(
 
 sys.path.insert(0, sys.argv[1])
 from t2t_keras.hparams import create_hparams  # noqa: E402
-from t2t_keras.perf import precision  # noqa: E402
+from t2t_keras.perf import gpu_kernels, precision  # noqa: E402
 from t2t_keras.rundir.settings import ModelSpec  # noqa: E402
 from t2t_keras.training.trainer import Trainer  # noqa: E402
-from tests.support import gpu_kernels  # noqa: E402
 from tests.support.step_utils import batches, split_rows  # noqa: E402
 
 CASES = [("none", "one_device", False), ("bfloat16", "one_device", False),

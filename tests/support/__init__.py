@@ -8,7 +8,7 @@ subprocess's environment, free ports), `tolerances`, `cli` (running the commands
 `trainer_process` (the real trainer, slowed, in a subprocess), `step_utils` (single
 training steps), `decode_checks` and `random_lm` (small random models and checks on
 them), `t2t_checkpoint` and the `t2t_numpy_*` ports of T2T (the oracles), `near_ties`
-(where two searches may part), `alignment_models`, `ptb_sample`, `stub_decoding`, the
-`tf_serving_harness` and `gpu_kernels` harnesses, and the pytest plugin `oracle_guard`.
+(where two searches may part), `alignment_models`, `ptb_sample`, `stub_decoding`,
+`tf_serving_harness`, and the pytest plugin `oracle_guard`.
 None is a test module: pytest collects nothing here.
 """

@@ -19,7 +19,7 @@ holds T2T's Transformer once these mappings are made:
     lookup does; the softmax projection keeps it;
   * tokens are the subword ids written "0".."V-1": decoding starts from "0" (a
     zero embedding, T2T's shift-right) and ends at "1" (EOS). The subword
-    vocabularies are copied beside the model; `ctranslate2_decode` encodes.
+    vocabularies are copied beside the model; `ctranslate2_decoder` encodes.
 
 Relative self-attention (`dot_product_relative`, Shaw et al.) maps onto
 CTranslate2's relative positions when `pos="none"`, as T2T's relative sets use
@@ -94,6 +94,7 @@ def check_convertible(hp: HParams) -> None:
 
 def position_table(hp: HParams, learned: Optional[np.ndarray]) -> np.ndarray:
   """`[MAX_POSITIONS, hidden]` float32: what the model adds at each position."""
+  # TensorFlow: not loaded by the CTranslate2 decoder, which runs without it
   from t2t_keras.layers.embedding import get_timing_signal_1d
   depth = hp.hidden_size
   if hp.pos in ("timing", "timing_paper"):
@@ -154,7 +155,7 @@ def _embedding(modality) -> np.ndarray:
 
 def build_spec(model):
   """The `ctranslate2.specs.TransformerSpec` of a built Transformer (float32 weights)."""
-  from ctranslate2.specs import transformer_spec
+  from ctranslate2.specs import transformer_spec  # optional dependency
   hp = model.hparams
   check_convertible(hp)
   pre_norm = _norm_layout(hp) == "pre"

@@ -1,12 +1,13 @@
-"""Static check that a SavedModel's functions would run on a GPU without host fallbacks.
+"""Static check that traced functions would run on a GPU without host fallbacks.
 
-The check reads the function library of `saved_model.pb` and, for every node of
-the functions reachable from some roots, asks TensorFlow's kernel registry
-whether a GPU kernel matches the node's type attributes. It needs no GPU: the
-CUDA build of TensorFlow registers its GPU kernels whether or not a device is
-present. A node without one is placed on the CPU by the placer (soft placement)
-and costs device-to-host copies inside what should be a GPU-only loop, e.g. a
-bfloat16 `TensorScatterUpdate` in a decoding `While` body.
+The check reads the function library of a SavedModel's `saved_model.pb` (or of a
+traced graph, `graph_library`) and, for every node of the functions reachable from
+some roots, asks TensorFlow's kernel registry whether a GPU kernel matches the
+node's type attributes. It needs no GPU: the CUDA build of TensorFlow registers
+its GPU kernels whether or not a device is present. A node without one is placed
+on the CPU by the placer (soft placement) and costs device-to-host copies inside
+what should be a GPU-only loop, e.g. a bfloat16 `TensorScatterUpdate` in a
+decoding `While` body.
 
 What counts as a GPU kernel, as the runtime's `FindKernelRegistration` decides:
 a KernelDef of device type "GPU" whose constraints the node satisfies or, when
@@ -23,6 +24,7 @@ and XLA devices (XLA_GPU, a symbolic device) are not considered.
 
 import functools
 
+from tensorflow.core.framework import function_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow.python.framework import dtypes
 from tensorflow.python.framework import kernels
@@ -140,7 +142,6 @@ def _dtype_names(attrs):
 def graph_library(graph_def, name="__graph__"):
   """A traced graph's function library plus its top-level nodes as function `name`,
   so that `missing_gpu_kernels` reads a tf.function's own graph as a library function."""
-  from tensorflow.core.framework import function_pb2  # pylint: disable=g-import-not-at-top
   library = {f.signature.name: f for f in graph_def.library.function}
   library[name] = function_pb2.FunctionDef(node_def=graph_def.node)
   return library
