@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable, Dict, Optional
 
 from data_gen import file_io
-from t2t_keras.decoding.text_decoder import TextDecoder
+from t2t_keras.decoding import text_decoder
 from t2t_keras.hparams import DecodeHParams
 from t2t_keras.model import Transformer
 from t2t_keras.scoring import bleu as bleu_lib
@@ -31,7 +31,7 @@ def make_bleu_hook(model: Transformer, encoders: Dict, decode_hp: DecodeHParams,
                      f"{len(references)}.")
   if max_lines:
     sources, references = sources[:max_lines], references[:max_lines]
-  decoder = TextDecoder(model, encoders, decode_hp, log=lambda line: None)
+  decoder = text_decoder.TextDecoder(model, encoders, decode_hp, log=lambda line: None)
 
   def hook(step: int) -> Dict[str, float]:
     del step
