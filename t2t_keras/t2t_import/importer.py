@@ -14,6 +14,14 @@ only optimizer slots and T2T's bookkeeping, and fails listing every missing or
 unexpected name; `load_t2t_adam_state` assigns T2T's Adam moments to our Adam.
 `import_t2t_run` writes a complete run directory (hparams.json, run.json,
 vocabulary, a trainer checkpoint at T2T's step with its Adam state) atomically.
+
+A T2T run on a problem without inputs (T2T's language models: `has_input`
+false) holds the decoder only: no `body/encoder/`, no `encdec_attention`
+sublayers, no `target_space_embedding`, and its symbol modality's target
+embedding is `shared` or `target_emb` (`shared` also under `shared_embedding`).
+It imports as a run of `lm_model.TransformerLM` (run.json `has_inputs` false);
+a T2T language-model problem not registered here becomes `LM_PROBLEM`, with
+T2T's subword vocabulary.
 """
 
 from __future__ import annotations
@@ -26,7 +34,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from data_gen import file_io, registry
+from data_gen import file_io, registry, text_encoder
+from data_gen.problem_from_files import ProblemFromFiles
 from t2t_keras import checkpoints
 from t2t_keras.hparams import HParams, create_hparams, list_hparams_sets
 from t2t_keras.rundir import settings
@@ -46,6 +55,23 @@ _ADAFACTOR_SLOT_RE = re.compile(r"^(?:.*?/)?(transformer/.*)/Adafactor(?:_(\d+))
 _MODALITY_RE = re.compile(
     r"^transformer/symbol_modality_(\d+)_(\d+)/(shared|input_emb|target_emb|softmax)/"
     r"weights_(\d+)$")
+
+# The registered problem a T2T language-model run imports as when T2T's problem
+# (e.g. languagemodel_lm1b32k) is not registered here: targets only, one subword
+# vocabulary, its size in the vocabulary's file name.
+LM_PROBLEM = "languagemodel_from_files"
+# T2T's language-model problems whose vocabulary is not a subword one (T2T's
+# `vocab_type` TOKEN or CHARACTER): no problem here reads it.
+T2T_NON_SUBWORD_LM_PROBLEMS: Dict[str, str] = {
+    "languagemodel_ptb10k": "a token vocabulary (vocab.lmptb.10000, T2T's TokenTextEncoder)",
+    **{name: "a token vocabulary (vocab.languagemodel_wikitext103.tokens, T2T's "
+             "TokenTextEncoder)" for name in (
+                 "languagemodel_wikitext103", "languagemodel_wikitext103_l4k",
+                 "languagemodel_wikitext103_l16k")},
+    **{name: "characters (T2T's ByteTextEncoder)" for name in (
+        "languagemodel_ptb_characters", "languagemodel_wikitext103_characters",
+        "languagemodel_lm1b_characters", "languagemodel_lm1b_characters_packed")},
+}
 
 
 def is_ignored_variable(name: str) -> bool:
@@ -136,7 +162,10 @@ def _modality_roles(model) -> Dict[str, Any]:
   if hp.shared_embedding_and_softmax_weights:
     return {"shared": model.softmax}
   if not getattr(model, "has_inputs", True):
-    return {"target_emb": model.target_modality, "softmax": model.softmax}
+    # T2T's symbol_targets_bottom: the "shared" scope under shared_embedding, even
+    # without an input embedding to share it with.
+    return {"shared" if hp.shared_embedding else "target_emb": model.target_modality,
+            "softmax": model.softmax}
   if hp.shared_embedding:
     return {"shared": model.input_modality, "softmax": model.softmax}
   return {"input_emb": model.input_modality, "target_emb": model.target_modality,
@@ -219,15 +248,14 @@ def load_t2t_adam_state(model, optimizer, checkpoint_path: str, updates: int
         continue
       value = np.concatenate([reader.get_tensor(k) for k in keys], axis=0)
       if list(value.shape) != list(slot.shape):
-        missing.append(f"{names[0]}/{suffix}: shape {list(value.shape)}, the variable's "
-                       f"{list(slot.shape)}")
+        missing.append(f"{names[0]}/{suffix} (shape {list(value.shape)}, the variable's "
+                       f"{list(slot.shape)})")
         continue
       assignments.append((slot, value))
   if missing:
     raise ValueError(f"T2T checkpoint {checkpoint_path} has Adam slots for some variables "
-                     "but not these (a damaged or partial checkpoint; pass "
-                     "--reset_optimizer to import the weights with a fresh Adam):\n    " +
-                     "\n    ".join(missing))
+                     f"but not these: {', '.join(missing)} (a damaged or partial checkpoint; "
+                     "pass --reset_optimizer to import the weights with a fresh Adam).")
   for slot, value in assignments:
     slot.assign(value.astype(np.float32))
   made = _adam_updates_made(reader, shapes, optimizer.beta_1, optimizer.beta_2)
@@ -293,8 +321,8 @@ def load_t2t_adafactor_state(model, optimizer, checkpoint_path: str, updates: in
       value = _join_shards(kind, [reader.get_tensor(k) for k in keys],
                            [shapes[name][0] for name in names])
       if list(value.shape) != list(have[kind].shape):
-        missing.append(f"{names[0]}/{suffix} ({kind}): shape {list(value.shape)}, the "
-                       f"optimizer's {list(have[kind].shape)}")
+        missing.append(f"{names[0]}/{suffix} ({kind}; shape {list(value.shape)}, the "
+                       f"optimizer's {list(have[kind].shape)})")
         continue
       assignments.append((have[kind], value))
       count += len(names)
@@ -302,7 +330,7 @@ def load_t2t_adafactor_state(model, optimizer, checkpoint_path: str, updates: in
     raise ValueError(f"T2T checkpoint {checkpoint_path} lacks these Adafactor slots for the "
                      "run's optimizer_adafactor_* hparams (a damaged or partial checkpoint, "
                      "or other beta1/factored settings; pass --reset_optimizer to import the "
-                     "weights with a fresh Adafactor):\n    " + "\n    ".join(missing))
+                     f"weights with a fresh Adafactor): {', '.join(missing)}.")
   for slot, value in assignments:
     slot.assign(value.astype(np.float32))
   return {"slots": count, "adam_step_offset": 0, "other_optimizer": ""}
@@ -320,14 +348,14 @@ def _slot_targets(model, shapes) -> List[Tuple[Any, List[str]]]:
 
 
 def load_t2t_weights(model, checkpoint_path: str) -> Dict[str, Any]:
-  """Assigns a T2T checkpoint's weights to a built `Transformer`.
+  """Assigns a T2T checkpoint's weights to a built `Transformer` or `TransformerLM`.
 
   Returns:
     {"global_step": int, "assigned": number of T2T variables read}.
   Raises:
-    ValueError: listing the T2T names the model needs that the checkpoint
-      lacks, the checkpoint's names the model has no place for, and shape
-      mismatches.
+    ValueError: in one line, listing the T2T names the model needs that the
+      checkpoint lacks, the checkpoint's names the model has no place for, and
+      shape mismatches (nothing is assigned then).
   """
   reader = tf.train.load_checkpoint(checkpoint_path)
   shapes = reader.get_variable_to_shape_map()
@@ -349,39 +377,37 @@ def load_t2t_weights(model, checkpoint_path: str) -> Dict[str, Any]:
     if name not in shapes:
       continue
     if list(shapes[name]) != list(variable.shape):
-      mismatched.append(f"{name}: {shapes[name]} in the checkpoint, {list(variable.shape)} "
-                        "in the model")
+      mismatched.append(f"{name} ({list(shapes[name])} in the checkpoint, "
+                        f"{list(variable.shape)} in the model)")
       continue
     assignments.append((variable, reader.get_tensor(name)))
   count = len(assignments)
   for role, modality in roles.items():
     found = shards[role]
     if not found:
-      missing.append(f"transformer/symbol_modality_<vocab>_<hidden>/{role}/weights_<i>")
+      vocab, hidden = modality.weights_var.shape
+      missing.append(f"transformer/symbol_modality_{vocab}_{hidden}/{role}/weights_<i>")
       continue
     indices = sorted(found)
+    scope = found[indices[0]].rsplit("/", 1)[0]
     if indices != list(range(len(indices))):
-      missing.append(f"{role}/weights_{sorted(set(range(max(indices) + 1)) - set(indices))}")
+      missing += [f"{scope}/weights_{i}" for i in range(max(indices)) if i not in found]
       continue
     table = np.concatenate([reader.get_tensor(found[i]) for i in indices], axis=0)
     if list(table.shape) != list(modality.weights_var.shape):
-      mismatched.append(f"{role}/weights_0..{len(indices) - 1} concatenated: "
-                        f"{list(table.shape)} in the checkpoint, "
-                        f"{list(modality.weights_var.shape)} in the model")
+      mismatched.append(f"{scope}/weights_0..{len(indices) - 1} "
+                        f"concatenated ({list(table.shape)} in the checkpoint, "
+                        f"{list(modality.weights_var.shape)} in the model)")
       continue
     assignments.append((modality.weights_var, table))
     count += len(indices)
-  problems = []
-  if missing:
-    problems.append("missing from the checkpoint:\n    " + "\n    ".join(missing))
-  if unexpected:
-    problems.append("in the checkpoint but not in the model:\n    " + "\n    ".join(unexpected))
-  if mismatched:
-    problems.append("shape mismatches:\n    " + "\n    ".join(mismatched))
+  problems = [f"{what}: {', '.join(names)}" for what, names in (
+      ("missing from the checkpoint", missing),
+      ("in the checkpoint but not in the model", unexpected),
+      ("shape mismatches", mismatched)) if names]
   if problems:
     raise ValueError(f"T2T checkpoint {checkpoint_path} does not match the model built from "
-                     "its hparams (check hparams.json and --hparams):\n  " +
-                     "\n  ".join(problems))
+                     f"its hparams ({'; '.join(problems)}); check hparams.json and --hparams.")
   for variable, value in assignments:
     variable.assign(value.astype(np.float32))
   step = int(reader.get_tensor("global_step")) if "global_step" in shapes else 0
@@ -401,6 +427,18 @@ def trained_target_spaces(checkpoint_path: str) -> List[int]:
   return []
 
 
+def checkpoint_has_inputs(checkpoint_path: str) -> bool:
+  """Whether T2T built the checkpoint's model for a problem with inputs.
+
+  T2T's `Transformer.body` creates the encoder stack (`transformer/body/encoder/`)
+  and each decoder layer's `encdec_attention` only when the problem has
+  inputs; a language model's checkpoint holds neither.
+  """
+  names = tf.train.load_checkpoint(checkpoint_path).get_variable_to_shape_map()
+  return any(n.startswith("transformer/body/encoder/") or "/encdec_attention/" in n
+             for n in names)
+
+
 # ---------------------------------------------------------------------------
 # A whole run.
 
@@ -412,6 +450,89 @@ def _find_vocab(filename: str, directories: List[Optional[str]]) -> str:
   looked = ", ".join(d for d in directories if d)
   raise FileNotFoundError(f"Vocabulary {filename} not found (looked in {looked}); pass "
                           "--data_dir=<the T2T data_dir holding it>.")
+
+
+def _find_t2t_lm_vocab(t2t_problem: str, directories: List[Optional[str]]) -> str:
+  """T2T's subword vocabulary of a language-model problem, `vocab.<problem>.<N>.subwords`
+  (T2T's `Text2TextProblem.vocab_filename`; a `_packed` problem reads its unpacked one's).
+
+  Raises:
+    ValueError / FileNotFoundError: several or none found, in one line.
+  """
+  names = [t2t_problem]
+  if t2t_problem.endswith("_packed"):
+    names.append(t2t_problem[:-len("_packed")])
+  pattern = re.compile(r"^vocab\.(?:%s)\.\d+\.subwords$" % "|".join(map(re.escape, names)))
+  for directory in directories:
+    if not directory or not tf.io.gfile.isdir(directory):
+      continue
+    found = sorted(n for n in tf.io.gfile.listdir(directory) if pattern.match(n))
+    if len(found) > 1:
+      raise ValueError(f"{directory} holds several vocabularies of {t2t_problem} "
+                       f"({', '.join(found)}): pass --vocab_file=<the one the T2T run read>.")
+    if found:
+      return os.path.join(directory, found[0])
+  looked = ", ".join(d for d in directories if d)
+  raise FileNotFoundError(
+      f"No vocab.{names[-1]}.<N>.subwords (T2T's vocabulary of the language-model problem "
+      f"{t2t_problem}, which is not registered here) in {looked}: pass --data_dir=<the T2T "
+      "data_dir holding it> or --vocab_file=<T2T's subword vocabulary of the run>.")
+
+
+def resolve_problem(t2t_problem: str, has_inputs: bool, data_dir: Optional[str],
+                    directories: List[Optional[str]], vocab_file: Optional[str] = None
+                    ) -> Tuple[Any, Dict[str, str]]:
+  """The registered problem a T2T run of `t2t_problem` imports as, and its vocabulary.
+
+  A registered problem must agree with the checkpoint on inputs. A T2T problem
+  without inputs that is not registered here (T2T's languagemodel_lm1b32k, a
+  `--t2t_usr_dir` Text2SelfProblem, ...) imports as `LM_PROBLEM`, reading
+  T2T's subword vocabulary (`vocab_file`, or `vocab.<t2t_problem>.<N>.subwords`
+  found in `directories`) under its name here, `vocab.languagemodel_from_files.<N>.subwords`.
+
+  Args:
+    t2t_problem: the problem's T2T name (--problem, or T2T's flags.txt).
+    has_inputs: `checkpoint_has_inputs` of the T2T checkpoint.
+    data_dir: where a registered problem's configuration is (`registry.problem`).
+    directories: where to look for the vocabulary, in order.
+    vocab_file: T2T's vocabulary of a language-model problem not registered here.
+  Returns:
+    (problem, {vocabulary file name the problem reads: the file to copy there}).
+  Raises:
+    ValueError / FileNotFoundError: in one line: a registered problem with or
+      without inputs where the checkpoint has none or some, an unknown problem
+      with inputs, a T2T language model whose vocabulary is not subwords, a
+      vocabulary not found.
+  """
+  if t2t_problem in registry.list_problems():
+    problem = registry.problem(t2t_problem, data_dir)
+    if getattr(problem, "has_inputs", True) != has_inputs:
+      raise ValueError(
+          f"--problem={t2t_problem} is a problem {'with' if not has_inputs else 'without'} "
+          "inputs, and the T2T checkpoint holds a model "
+          + ("without inputs (no encoder: T2T's language model): pass --problem=<the T2T "
+             f"language-model problem> (one not registered here imports as {LM_PROBLEM})."
+             if not has_inputs else "with inputs (an encoder): pass --problem=<the problem "
+             "the T2T run trained on>."))
+    if vocab_file:
+      raise ValueError(f"--vocab_file is for a T2T language-model problem not registered "
+                       f"here; {t2t_problem} is registered: put its vocabulary in --data_dir.")
+    return problem, {name: _find_vocab(name, directories)
+                     for name in sorted(set(problem.vocab_filenames.values()))}
+  if has_inputs:
+    registry.problem(t2t_problem, data_dir)  # ValueError: unknown, naming the registered ones
+  if t2t_problem in T2T_NON_SUBWORD_LM_PROBLEMS:
+    raise ValueError(
+        f"T2T's {t2t_problem} reads {T2T_NON_SUBWORD_LM_PROBLEMS[t2t_problem]}, and "
+        f"t2t-keras's language-model problem ({LM_PROBLEM}) reads subword vocabularies only: "
+        "this run's ids mean nothing here.")
+  if vocab_file and not tf.io.gfile.exists(vocab_file):
+    raise FileNotFoundError(f"--vocab_file={vocab_file} does not exist.")
+  path = vocab_file or _find_t2t_lm_vocab(t2t_problem, directories)
+  size = re.search(r"\.(\d+)\.subwords$", os.path.basename(path))
+  problem = registry.problem_class(LM_PROBLEM)(
+      vocab_size=int(size.group(1)) if size else text_encoder.SubwordTextEncoder(path).vocab_size)
+  return problem, {problem.vocab_filenames["targets"]: path}
 
 
 def resolve_hparams(t2t_output_dir: str, flags: Dict[str, str], hparams_set: Optional[str],
@@ -470,7 +591,7 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
                    problem_name: Optional[str] = None, hparams_set: Optional[str] = None,
                    hparams_overrides: str = "", data_dir: Optional[str] = None,
                    ignore_hparams: Iterable[str] = (), target_space_id: Optional[int] = None,
-                   reset_optimizer: bool = False,
+                   reset_optimizer: bool = False, vocab_file: Optional[str] = None,
                    log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Writes `output_dir`: a t2t-keras run holding the T2T run's model and Adam state.
 
@@ -489,6 +610,12 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
   starts fresh: zero moments, bias correction counted from the import, while
   the learning-rate schedule continues at the step.
 
+  A checkpoint without an encoder (T2T's model of a problem without inputs)
+  imports as a language model: run.json's `has_inputs` is false, the problem
+  is a registered one without inputs (`resolve_problem`: T2T's own name when
+  registered here, else `LM_PROBLEM` with T2T's subword vocabulary and
+  `languagemodel_from_files.config.json` giving its vocabulary's size).
+
   Args:
     t2t_output_dir: T2T's --output_dir (hparams.json, flags.txt, checkpoints).
     output_dir: the new run directory; must not exist or be empty.
@@ -502,9 +629,13 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
       default the problem's; if T2T's Adam slots show that T2T trained one
       other row, that row is used and a message says so.
     reset_optimizer: import the weights only; Adam starts fresh.
+    vocab_file: T2T's subword vocabulary of a language-model run whose problem
+      is not registered here (default: `vocab.<problem>.<N>.subwords` in
+      data_dir, t2t_output_dir or T2T's --data_dir).
   Returns:
     {"output_dir", "checkpoint", "global_step" (our step), "hparams_set",
-     "hparams", "t2t_global_step", "adam_slots", "adam_step_offset"}.
+     "hparams", "t2t_global_step", "adam_slots", "adam_step_offset", "problem"
+     (the registered problem), "t2t_problem", "has_inputs"}.
   """
   if tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir):
     raise ValueError(f"--output_dir={output_dir} exists and is not empty; give a new directory.")
@@ -519,16 +650,25 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
     raise FileNotFoundError(f"No T2T checkpoint {source or 'in ' + t2t_output_dir} "
                             "(pass --checkpoint_path=DIR/model.ckpt-STEP).")
   checkpoints.verify_checkpoint(source)  # a damaged file is named before anything is written
-  problem = registry.problem(problem_name, data_dir)
+  with checkpoints.reading(source):
+    has_inputs = checkpoint_has_inputs(source)
+  if not has_inputs and target_space_id is not None:
+    raise ValueError(f"--target_space_id={target_space_id}: T2T checkpoint {source} holds a "
+                     "model without inputs (a language model), which has no target space.")
   t2t_data_dir = os.path.expanduser(flags["data_dir"]) if flags.get("data_dir") else None
+  problem, vocab_sources = resolve_problem(problem_name, has_inputs, data_dir,
+                                           [data_dir, t2t_output_dir, t2t_data_dir], vocab_file)
   final = os.path.abspath(output_dir)
   with file_io.atomic_directory(final) as write:
     tmp = write.tmp
     copies = {}  # copy -> the user's vocabulary file
-    for filename in sorted(set(problem.vocab_filenames.values())):
+    for filename, found in sorted(vocab_sources.items()):
       copy = os.path.join(tmp, filename)
-      copies[copy] = _find_vocab(filename, [data_dir, t2t_output_dir, t2t_data_dir])
-      tf.io.gfile.copy(copies[copy], copy)
+      copies[copy] = found
+      tf.io.gfile.copy(found, copy)
+    if isinstance(problem, ProblemFromFiles):  # what registry.problem(name, output_dir) reads
+      file_io.write_text(os.path.join(tmp, problem.config_filename()),
+                         json.dumps(problem.config(), indent=2, sort_keys=True))
     try:
       encoders = problem.feature_encoders(tmp)
     except ValueError as e:  # a malformed vocabulary: name the user's file, not the copy
@@ -536,11 +676,13 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
       for copy, found in copies.items():
         message = message.replace(copy, found)
       raise ValueError(message) from None
-    if target_space_id is None:
+    if not has_inputs:
+      target_space_id = problem.target_space_id  # recorded as the trainer records it
+    elif target_space_id is None:
       with checkpoints.reading(source):
         target_space_id = _choose_target_space(problem, source, hp, log)
     spec = settings.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
-                             target_space_id)
+                             target_space_id, has_inputs)
     settings.save_or_check_run_files(tmp, hp, problem.name, spec,
                                     settings.vocab_record(problem, tmp, encoders))
     # The schedule is not used here; train_steps only has to be valid for it.
@@ -566,10 +708,15 @@ def import_t2t_run(t2t_output_dir: str, output_dir: str, checkpoint_path: Option
     result = {"output_dir": final, "checkpoint": os.path.join(final, os.path.basename(written)),
               "global_step": step, "hparams_set": base_set,
               "hparams": overrides_for(hp, base_set), "t2t_global_step": t2t_step,
-              "adam_slots": adam["slots"], "adam_step_offset": adam["adam_step_offset"]}
+              "adam_slots": adam["slots"], "adam_step_offset": adam["adam_step_offset"],
+              "problem": problem.name, "t2t_problem": problem_name, "has_inputs": has_inputs}
     _write_notes(tmp, problem.name, result, source, loaded["assigned"])
+  named = problem.name if problem.name == problem_name else \
+      f"{problem.name} (T2T's {problem_name})"
+  what = (f"target space {spec.target_space_id}" if has_inputs else
+          f"a language model (no inputs, vocabulary {spec.target_vocab_size})")
   log(f"Imported {source} (T2T step {t2t_step}, {loaded['assigned']} variables) into {final}: "
-      f"problem {problem.name}, target space {spec.target_space_id}.")
+      f"problem {named}, {what}.")
   log(_optimizer_note(adam, reset_optimizer, step, hp.optimizer))
   return result
 
