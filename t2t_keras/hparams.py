@@ -24,7 +24,8 @@ import logging
 import re
 from typing import Any, Callable, Dict, List, Tuple
 
-from t2t_keras.hparams_checks import check_adafactor, check_prepend_mode
+from t2t_keras.hparams_checks import (check_adafactor, check_learning_rate, check_positive,
+                                      check_prepend_mode, check_sequence)
 
 _PREPOST_CHARS = set("adnz")
 POS_CHOICES = ("timing", "timing_paper", "emb", "none")
@@ -33,14 +34,6 @@ SELF_ATTENTION_TYPES = ("dot_product", "dot_product_relative")
 # Glorot uniform); built by `layers/initializers.py`.
 INITIALIZERS = ("uniform_unit_scaling", "normal_unit_scaling", "uniform", "orthogonal",
                 "xavier", "")
-# Factors of `learning_rate_schedule` strings (T2T `utils/learning_rate.py`).
-LEARNING_RATE_FACTORS = ("constant", "linear_warmup", "rsqrt_decay", "rsqrt_normalized_decay",
-                         "rsqrt_hidden_size", "linear_decay", "cosdecay",
-                         "single_cycle_cos_decay", "multi_cycle_cos_decay", "exp_decay",
-                         "legacy")
-# `learning_rate_decay_scheme` values of the legacy schedule. T2T's "piecewise"
-# reads `learning_rate_boundaries` / `learning_rate_multiples`, fields not kept here.
-LEGACY_DECAY_SCHEMES = ("noam", "none", "exp", "cosine", "cyclelinear10x", "sqrt")
 # T2T's optimizer names that are its Adam (all train here as optimization.FusedAdam).
 ADAM_OPTIMIZERS = ("adam", "multistep_adam", "multistepadam", "true_adam", "lazy_adam")
 # T2T's `activation_dtype` values -> the trainer's --mixed_precision mode (precision.py).
@@ -163,9 +156,12 @@ class HParams(_Fields):
   max_input_seq_length: int = 0
   max_target_seq_length: int = 0
   prepend_mode: str = "none"  # see hparams_checks.PREPEND_MODES (T2T's values)
+  # Pack several examples into each row of max_length tokens (T2T's pack_dataset;
+  # training/inputs.py), each example still computed as alone.
+  pack_dataset: bool = False
 
   def __post_init__(self):
-    _check_positive(self, ("hidden_size", "filter_size", "num_heads",
+    check_positive(self, ("hidden_size", "filter_size", "num_heads",
                            "num_hidden_layers", "batch_size"))
     for name in ("layer_prepostprocess_dropout", "attention_dropout",
                  "relu_dropout", "label_smoothing"):
@@ -176,9 +172,9 @@ class HParams(_Fields):
       broadcast_dims(getattr(self, name), rank, name)
     if self.pos not in POS_CHOICES:
       raise ValueError(f"hparams.pos must be one of {POS_CHOICES}, got {self.pos!r}.")
-    _check_sequence("layer_preprocess_sequence", self.layer_preprocess_sequence,
+    check_sequence("layer_preprocess_sequence", self.layer_preprocess_sequence,
                     allowed=set("dn"))
-    _check_sequence("layer_postprocess_sequence", self.layer_postprocess_sequence,
+    check_sequence("layer_postprocess_sequence", self.layer_postprocess_sequence,
                     allowed=_PREPOST_CHARS)
     for name, total in (("attention_key_channels", self.key_channels),
                         ("attention_value_channels", self.value_channels)):
@@ -217,7 +213,7 @@ class HParams(_Fields):
     if self.initializer not in INITIALIZERS:
       raise ValueError(f"hparams.initializer: unknown initializer {self.initializer!r}; "
                        f"supported (T2T's names): {', '.join(map(repr, INITIALIZERS))}.")
-    _check_learning_rate(self)
+    check_learning_rate(self)
     if self.activation_dtype not in ACTIVATION_DTYPES:
       raise ValueError(f"hparams.activation_dtype must be one of {', '.join(ACTIVATION_DTYPES)}, "
                        f"got {self.activation_dtype!r}.")
@@ -229,6 +225,9 @@ class HParams(_Fields):
                        f"lazy_adam, adafactor; got {self.optimizer!r}.")
     check_adafactor(self)
     check_prepend_mode(self)
+    if self.pack_dataset and self.prepend_mode != "none":
+      raise ValueError("hparams.pack_dataset=true with prepend_mode="
+                       f"{self.prepend_mode!r} is not implemented; use prepend_mode=none.")
 
   # Derived values (T2T computes these inline as `x or hidden_size`).
   @property
@@ -475,51 +474,6 @@ def broadcast_dims(text: str, rank: int, name: str = "broadcast_dims") -> Tuple[
   return tuple(sorted(dims))
 
 
-def _check_positive(hp: HParams, names) -> None:
-  for name in names:
-    value = getattr(hp, name)
-    if value <= 0:
-      raise ValueError(f"hparams.{name} must be positive, got {value!r}.")
-
-
-def schedule_factors(schedule: str) -> List[str]:
-  """The factor names of a `learning_rate_schedule` string, as T2T splits it."""
-  return [name.strip() for name in schedule.split("*") if name.strip()]
-
-
-def _check_learning_rate(hp: HParams) -> None:
-  factors = schedule_factors(hp.learning_rate_schedule)
-  bad = [name for name in factors if name not in LEARNING_RATE_FACTORS]
-  if bad or not factors:
-    raise ValueError(
-        f"hparams.learning_rate_schedule={hp.learning_rate_schedule!r}: unknown factor "
-        f"{(bad or [''])[0]!r}; valid factors (joined by '*'): "
-        f"{', '.join(LEARNING_RATE_FACTORS)}.")
-  if "legacy" in factors and hp.learning_rate_decay_scheme not in LEGACY_DECAY_SCHEMES:
-    raise ValueError(
-        "hparams.learning_rate_decay_scheme: the legacy schedule implements "
-        f"{', '.join(LEGACY_DECAY_SCHEMES)}; got {hp.learning_rate_decay_scheme!r}.")
-  if hp.learning_rate_warmup_steps < 0:
-    raise ValueError("hparams.learning_rate_warmup_steps must be >= 0, got "
-                     f"{hp.learning_rate_warmup_steps!r}.")
-  divisors = {"linear_warmup", "rsqrt_decay", "rsqrt_normalized_decay"} & set(factors)
-  if "legacy" in factors and hp.learning_rate_decay_scheme in ("noam", "cyclelinear10x"):
-    divisors.add(f"legacy {hp.learning_rate_decay_scheme}")
-  if hp.learning_rate_warmup_steps == 0 and divisors:
-    raise ValueError("hparams.learning_rate_warmup_steps must be > 0 with "
-                     f"{', '.join(sorted(divisors))} (it divides by it), got 0.")
-  _check_positive(hp, ("learning_rate_decay_steps", "learning_rate_cosine_cycle_steps"))
-
-
-def _check_sequence(name: str, sequence: str, allowed: set) -> None:
-  if sequence == "none":
-    return
-  bad = sorted(set(sequence) - allowed)
-  if bad or not sequence:
-    raise ValueError(f"hparams.{name} must be 'none' or a string of {sorted(allowed)}, "
-                     f"got {sequence!r}.")
-
-
 # ---------------------------------------------------------------------------
 # The registry of named sets; the sets themselves are in hparams_sets.py.
 
@@ -585,3 +539,18 @@ def create_decode_hparams(overrides: str = "", hparams_overrides: str = "") -> D
     raise ValueError(f"{twice[0]} is given in both --hparams and --decode_hparams; give it "
                      "once (in --decode_hparams).")
   return DecodeHParams().replace(**routed, **values)
+
+
+def api_decode_hparams(decode_hparams: Any = "", **values) -> DecodeHParams:
+  """The decode hparams of a Python API call: T2T's override string and/or keyword
+  values, with log_results off unless asked for; a DecodeHParams given is used with
+  `values` replaced.
+
+  Raises:
+    ValueError: an unknown name or a bad value.
+  """
+  if isinstance(decode_hparams, DecodeHParams):
+    return dataclasses.replace(decode_hparams, **values)
+  values.setdefault("log_results", False)
+  overrides = ",".join(filter(None, [decode_hparams] + [f"{k}={v}" for k, v in values.items()]))
+  return create_decode_hparams(overrides)

@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_keras.rundir import model_factory, settings as run_dir_lib
-from t2t_keras.t2t_import import importer
+from t2t_keras.t2t_import import importer, variable_names
 from tests.support.env import ENV, REPO
 from tests.support.step_utils import one_step
 from tests.support.t2t_checkpoint import (BASE, DE_TOK, SENTENCES, T2T_RUN, VOCAB, assert_close,
@@ -232,7 +232,7 @@ _FINE_TUNE = "layer_prepostprocess_dropout=0,attention_dropout=0,relu_dropout=0,
 
 def _t2t_by_variable(model, reader):
   """Per trainable variable of `model`: T2T's checkpoint names (modality: all shards)."""
-  by_id = {id(v): [name] for name, v in importer.body_variable_map(model).items()}
+  by_id = {id(v): [name] for name, v in variable_names.body_variable_map(model).items()}
   shards = sorted((n for n in reader.get_variable_to_shape_map()
                    if "/shared/weights_" in n and not n.startswith("training/")),
                   key=lambda n: int(n.rsplit("_", 1)[1]))
@@ -383,7 +383,7 @@ def test_adafactor_run_imports_with_its_adafactor_slots(tmp_path):
   config = schedules.RunConfig(output_dir=run, train_steps=1000)
   assert schedules.Experiment(trainer, config, None, None, log=lines.append).restore() == 50
   optimizer = trainer.optimizer
-  for name, variable in importer.body_variable_map(trainer.model).items():
+  for name, variable in variable_names.body_variable_map(trainer.model).items():
     slots = optimizer.slots(variable)
     if len(variable.shape) >= 2:
       np.testing.assert_array_equal(slots["vr"].numpy(), tensors[f"training/{name}/Adafactor"])

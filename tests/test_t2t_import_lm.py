@@ -20,7 +20,7 @@ import tensorflow as tf
 from data_gen import registry
 from t2t_keras.lm_model import TransformerLM
 from t2t_keras.rundir import model_factory, settings
-from t2t_keras.t2t_import import importer
+from t2t_keras.t2t_import import importer, variable_names
 from t2t_keras.training import losses, schedules
 from t2t_keras.training.trainer import Trainer, create_strategy
 from tests.support import t2t_numpy_training as t2t_np
@@ -92,7 +92,7 @@ def test_t2t_lm_run_imports_as_a_language_model_whose_logits_equal_numpy_t2t(
 
 def _t2t_names(model, reader):
   """Per trainable variable of the LM: its T2T names (the embedding: every shard)."""
-  by_id = {id(v): [name] for name, v in importer.body_variable_map(model).items()}
+  by_id = {id(v): [name] for name, v in variable_names.body_variable_map(model).items()}
   shards = sorted((n for n in reader.get_variable_to_shape_map()
                    if "/shared/weights_" in n and not n.startswith("training/")),
                   key=lambda n: int(n.rsplit("_", 1)[1]))
@@ -190,7 +190,7 @@ def test_t2t_lm_adafactor_slots_land_in_their_variables(tmp_path):
   config = schedules.RunConfig(output_dir=run, train_steps=1000)
   assert schedules.Experiment(trainer, config, None, None, log=lines.append).restore() == 50
   read = lambda name, i=0: np.float32(slots[f"training/{name}/Adafactor" + (f"_{i}" if i else "")])
-  body = importer.body_variable_map(trainer.model)
+  body = variable_names.body_variable_map(trainer.model)
   assert len(body) == len(tensors) - 3  # all but the 3 embedding shards
   for name, variable in body.items():
     have = trainer.optimizer.slots(variable)

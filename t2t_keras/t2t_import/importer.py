@@ -40,21 +40,12 @@ from t2t_keras import checkpoints
 from t2t_keras.hparams import HParams, create_hparams, list_hparams_sets
 from t2t_keras.rundir import settings
 from t2t_keras.rundir.files import RunDir
+from t2t_keras.t2t_import.optimizer_state import load_t2t_adafactor_state, load_t2t_adam_state
 from t2t_keras.t2t_import.t2t_hparams import (T2T_INERT_HPARAMS, T2T_REQUIRED_VALUES,
                                               hparams_from_t2t, overrides_for, read_t2t_flags)
+from t2t_keras.t2t_import.variable_names import (MODALITY_RE, body_variable_map,
+                                                 is_ignored_variable, modality_roles)
 from t2t_keras.training.trainer import Trainer
-
-# Variables of a T2T checkpoint that are not model weights.
-_IGNORED_VARIABLE_RE = re.compile(
-    r"(^|/)(Adam|Adam_\d+|Adafactor\w*|Momentum|beta[12]_power|global_step)$|"
-    r"^(training|losses_avg|train_stats)/|(^|/)(global_step|beta[12]_power)$")
-_ADAM_SLOT_RE = re.compile(r"^(?:.*?/)?(transformer/.*)/(Adam|Adam_1)$")
-# Slots of T2T's other optimizers (Adafactor's factored moments, momentum, ...).
-_OTHER_SLOT_RE = re.compile(r"^(?:.*?/)?transformer/.*/(Adafactor|Momentum)(_\d+)?$")
-_ADAFACTOR_SLOT_RE = re.compile(r"^(?:.*?/)?(transformer/.*)/Adafactor(?:_(\d+))?$")
-_MODALITY_RE = re.compile(
-    r"^transformer/symbol_modality_(\d+)_(\d+)/(shared|input_emb|target_emb|softmax)/"
-    r"weights_(\d+)$")
 
 # The registered problem a T2T language-model run imports as when T2T's problem
 # (e.g. languagemodel_lm1b32k) is not registered here: targets only, one subword
@@ -74,279 +65,6 @@ T2T_NON_SUBWORD_LM_PROBLEMS: Dict[str, str] = {
 }
 
 
-def is_ignored_variable(name: str) -> bool:
-  """True for optimizer slots and T2T bookkeeping (`global_step`, loss averages, ...)."""
-  return bool(_IGNORED_VARIABLE_RE.search(name))
-
-
-# ---------------------------------------------------------------------------
-# Variable names.
-
-
-def _norm_names(scope: str, sequence: str, layer, t2t_scope: str) -> Dict[str, Any]:
-  """T2T layer-norm variables of one pre/post-process `sequence` -> Keras variables.
-
-  T2T names each norm in the sequence `layer_norm`, `layer_norm_1`, ... under
-  the scope `t2t_scope` (`layer_prepostprocess` or `layer_postprocess`).
-  """
-  out = {}
-  if sequence == "none":
-    return out
-  count = 0
-  for i, op in enumerate(sequence):
-    if op != "n":
-      continue
-    norm = getattr(layer, f"layer_norm_{i}")
-    prefix = f"{scope}/{t2t_scope}/layer_norm{'_%d' % count if count else ''}"
-    out[f"{prefix}/layer_norm_scale"] = norm.gamma
-    out[f"{prefix}/layer_norm_bias"] = norm.beta
-    count += 1
-  return out
-
-
-def _sublayer_names(scope: str, pre, post, hp: HParams) -> Dict[str, Any]:
-  return {**_norm_names(scope, hp.layer_preprocess_sequence, pre, "layer_prepostprocess"),
-          **_norm_names(scope, hp.layer_postprocess_sequence, post, "layer_postprocess")}
-
-
-def _attention_names(scope: str, attention) -> Dict[str, Any]:
-  out = {f"{scope}/multihead_attention/{p}/kernel": getattr(attention, p).kernel
-         for p in ("q", "k", "v", "output_transform")}
-  if attention.max_relative_position:  # T2T's dot_product_attention_relative scope
-    relative = f"{scope}/multihead_attention/dot_product_attention_relative"
-    out[f"{relative}/relative_positions_keys/embeddings"] = attention.relative_keys
-    out[f"{relative}/relative_positions_values/embeddings"] = attention.relative_values
-  return out
-
-
-def _ffn_names(scope: str, ffn) -> Dict[str, Any]:
-  return {f"{scope}/{conv}/{kind}": getattr(getattr(ffn, conv), kind)
-          for conv in ("conv1", "conv2") for kind in ("kernel", "bias")}
-
-
-def body_variable_map(model) -> Dict[str, Any]:
-  """T2T checkpoint name -> Keras variable, for every weight except the embeddings."""
-  hp = model.hparams
-  out: Dict[str, Any] = {}
-  # A language model (`lm_model.TransformerLM`) has no encoder, encoder-decoder
-  # attention nor target-space embedding, as T2T's model without inputs.
-  has_inputs = getattr(model, "has_inputs", True)
-  if hp.use_target_space_embedding and has_inputs:
-    out["transformer/body/target_space_embedding/kernel"] = \
-        model.target_space_embedding.embeddings
-  if hp.pos == "emb":
-    if has_inputs:
-      out["transformer/body/inputs_positional_embedding"] = model.inputs_position.embedding
-    out["transformer/body/targets_positional_embedding"] = model.targets_position.embedding
-  stacks = (("encoder", model.encoder),) if has_inputs else ()
-  for stack_name, stack in stacks + (("decoder", model.decoder),):
-    base = f"transformer/body/{stack_name}"
-    for i, layer in enumerate(stack.layers_):
-      scope = f"{base}/layer_{i}"
-      out.update(_attention_names(f"{scope}/self_attention", layer.self_attention))
-      out.update(_sublayer_names(f"{scope}/self_attention", layer.pre, layer.post, hp))
-      if stack_name == "decoder" and has_inputs:
-        out.update(_attention_names(f"{scope}/encdec_attention", layer.encdec_attention))
-        out.update(_sublayer_names(f"{scope}/encdec_attention", layer.encdec_pre,
-                                   layer.encdec_post, hp))
-      out.update(_ffn_names(f"{scope}/ffn", layer.ffn))
-      out.update(_sublayer_names(f"{scope}/ffn", layer.ffn_pre, layer.ffn_post, hp))
-    out.update(_norm_names(base, hp.layer_preprocess_sequence, stack.final,
-                           "layer_prepostprocess"))
-  return out
-
-
-def _modality_roles(model) -> Dict[str, Any]:
-  """T2T modality scope role ("shared", "input_emb", ...) -> our SymbolModality."""
-  hp = model.hparams
-  if hp.shared_embedding_and_softmax_weights:
-    return {"shared": model.softmax}
-  if not getattr(model, "has_inputs", True):
-    # T2T's symbol_targets_bottom: the "shared" scope under shared_embedding, even
-    # without an input embedding to share it with.
-    return {"shared" if hp.shared_embedding else "target_emb": model.target_modality,
-            "softmax": model.softmax}
-  if hp.shared_embedding:
-    return {"shared": model.input_modality, "softmax": model.softmax}
-  return {"input_emb": model.input_modality, "target_emb": model.target_modality,
-          "softmax": model.softmax}
-
-
-def _slot_names(names: Iterable[str]) -> Dict[Tuple[str, str], str]:
-  """{(T2T variable name, "Adam" or "Adam_1"): checkpoint name} of the Adam slots.
-
-  T2T's optimize_loss creates them under its "training" scope
-  (`training/<variable>/Adam`); any prefix before `transformer/` is accepted.
-  """
-  out = {}
-  for name in names:
-    match = _ADAM_SLOT_RE.match(name)
-    if match:
-      out[(match.group(1), match.group(2))] = name
-  return out
-
-
-def _adam_updates_made(reader, shapes, beta1: float, beta2: float) -> Optional[int]:
-  """Updates T2T's Adam made, from its `beta1_power`/`beta2_power`.
-
-  TF1's Adam starts each power at beta and multiplies it by beta after every
-  update: power = beta^(t + 1) after t updates. None without the powers, or
-  when they underflowed to 0 (beta2 0.98 after ~5,000 updates in float32):
-  then any large t gives the same bias correction, 1.
-  """
-  powers = {}
-  for name in shapes:
-    for which in ("beta1_power", "beta2_power"):
-      if name == which or name.endswith("/" + which):
-        powers[which] = float(reader.get_tensor(name))
-  if not powers:
-    return None
-  for which, beta in (("beta2_power", beta2), ("beta1_power", beta1)):
-    power = powers.get(which, 0.0)
-    if 0.0 < beta < 1.0 and power > 0.0:
-      return max(0, int(round(np.log(power) / np.log(beta))) - 1)
-  return None
-
-
-def load_t2t_adam_state(model, optimizer, checkpoint_path: str, updates: int
-                        ) -> Dict[str, Any]:
-  """Assigns T2T's Adam moments (`Adam`, `Adam_1` slots) to a built Keras Adam.
-
-  The moments of the symbol-modality shards are concatenated like the
-  weights. Adam's bias correction continues from T2T's: the beta powers give
-  the updates T2T's Adam made.
-
-  Args:
-    model: the `Transformer` whose weights `load_t2t_weights` assigned.
-    optimizer: a built `optimization.FusedAdam` over `model.trainable_variables`.
-    checkpoint_path: the T2T checkpoint.
-    updates: the optimizer updates of the imported run (our step).
-  Returns:
-    {"slots": Adam slot tensors read (0: the checkpoint has no Adam state),
-     "adam_step_offset": updates - the updates T2T's Adam made (see
-     `FusedAdam`): `updates` when Adam starts fresh, "other_optimizer":
-     the slot suffix of another optimizer's state found, or ""}.
-  Raises:
-    ValueError: the checkpoint has Adam slots for some variables but not all,
-      or of the wrong shape.
-  """
-  reader = tf.train.load_checkpoint(checkpoint_path)
-  shapes = reader.get_variable_to_shape_map()
-  slots = _slot_names(shapes)
-  other = sorted({m.group(1) for m in map(_OTHER_SLOT_RE.search, shapes) if m})
-  if not slots:
-    return {"slots": 0, "adam_step_offset": updates, "other_optimizer": ",".join(other)}
-  targets = _slot_targets(model, shapes)
-  missing, assignments = [], []
-  for variable, names in targets:
-    index = optimizer._get_variable_index(variable)  # pylint: disable=protected-access
-    for suffix, slot in (("Adam", optimizer._momentums[index]),  # pylint: disable=protected-access
-                         ("Adam_1", optimizer._velocities[index])):  # pylint: disable=protected-access
-      keys = [slots.get((name, suffix)) for name in names]
-      if None in keys:
-        missing += [f"{name}/{suffix}" for name, key in zip(names, keys) if key is None]
-        continue
-      value = np.concatenate([reader.get_tensor(k) for k in keys], axis=0)
-      if list(value.shape) != list(slot.shape):
-        missing.append(f"{names[0]}/{suffix} (shape {list(value.shape)}, the variable's "
-                       f"{list(slot.shape)})")
-        continue
-      assignments.append((slot, value))
-  if missing:
-    raise ValueError(f"T2T checkpoint {checkpoint_path} has Adam slots for some variables "
-                     f"but not these: {', '.join(missing)} (a damaged or partial checkpoint; "
-                     "pass --reset_optimizer to import the weights with a fresh Adam).")
-  for slot, value in assignments:
-    slot.assign(value.astype(np.float32))
-  made = _adam_updates_made(reader, shapes, optimizer.beta_1, optimizer.beta_2)
-  offset = 0 if made is None else max(0, updates - made)
-  return {"slots": sum(len(names) * 2 for _, names in targets), "adam_step_offset": offset,
-          "other_optimizer": ""}
-
-
-def _adafactor_kinds(optimizer, variable) -> List[str]:
-  """T2T's Adafactor slots of `variable` in creation order (`_create_slots`), which
-  TF1 names `<variable>/Adafactor`, `<variable>/Adafactor_1`, ..."""
-  return (["m"] if optimizer.beta1 else []) + (
-      ["vr", "vc"] if optimizer.is_factored(variable) else ["v"])
-
-
-def _join_shards(kind: str, values: List[np.ndarray], rows: List[int]) -> np.ndarray:
-  """One slot of the whole embedding from its row shards' slots.
-
-  Row-wise slots (m, v, vr) concatenate; vc, a mean over rows, is the
-  row-weighted mean of the shards' (the same recurrence over all rows).
-  """
-  if kind != "vc" or len(values) == 1:
-    return np.concatenate(values, axis=0)
-  return sum(v * r for v, r in zip(values, rows)) / float(sum(rows))
-
-
-def load_t2t_adafactor_state(model, optimizer, checkpoint_path: str, updates: int
-                             ) -> Dict[str, Any]:
-  """Assigns T2T's Adafactor slots (`m`, `vr`, `vc`, `v`) to a built `T2TAdafactor`.
-
-  T2T's decay rate reads the global step, which the import keeps: with the
-  slots, the step offset is 0. T2T treated each symbol-modality shard as its
-  own variable; their slots are joined into the whole embedding's
-  (`_join_shards`), so the embedding's next updates are close to T2T's, not
-  equal, when T2T sharded it (the other variables' are equal).
-
-  Returns:
-    as `load_t2t_adam_state` ("adam_step_offset" is the optimizer's step offset).
-  Raises:
-    ValueError: the checkpoint has Adafactor slots for some variables but not
-      all, or of the wrong shape.
-  """
-  reader = tf.train.load_checkpoint(checkpoint_path)
-  shapes = reader.get_variable_to_shape_map()
-  slots = {}
-  for name in shapes:
-    match = _ADAFACTOR_SLOT_RE.match(name)
-    if match:
-      slots[(match.group(1), int(match.group(2) or 0))] = name
-  if not slots:
-    other = sorted({m.group(1) for m in map(_OTHER_SLOT_RE.search, shapes) if m} |
-                   ({"Adam"} if _slot_names(shapes) else set()))
-    return {"slots": 0, "adam_step_offset": updates, "other_optimizer": ",".join(other)}
-  missing, assignments, count = [], [], 0
-  for variable, names in _slot_targets(model, shapes):
-    have = optimizer.slots(variable)
-    for index, kind in enumerate(_adafactor_kinds(optimizer, variable)):
-      suffix = "Adafactor" + (f"_{index}" if index else "")
-      keys = [slots.get((name, index)) for name in names]
-      if None in keys:
-        missing += [f"{name}/{suffix} ({kind})" for name, key in zip(names, keys) if key is None]
-        continue
-      value = _join_shards(kind, [reader.get_tensor(k) for k in keys],
-                           [shapes[name][0] for name in names])
-      if list(value.shape) != list(have[kind].shape):
-        missing.append(f"{names[0]}/{suffix} ({kind}; shape {list(value.shape)}, the "
-                       f"optimizer's {list(have[kind].shape)})")
-        continue
-      assignments.append((have[kind], value))
-      count += len(names)
-  if missing:
-    raise ValueError(f"T2T checkpoint {checkpoint_path} lacks these Adafactor slots for the "
-                     "run's optimizer_adafactor_* hparams (a damaged or partial checkpoint, "
-                     "or other beta1/factored settings; pass --reset_optimizer to import the "
-                     f"weights with a fresh Adafactor): {', '.join(missing)}.")
-  for slot, value in assignments:
-    slot.assign(value.astype(np.float32))
-  return {"slots": count, "adam_step_offset": 0, "other_optimizer": ""}
-
-
-def _slot_targets(model, shapes) -> List[Tuple[Any, List[str]]]:
-  """(Keras variable, its T2T variable names: one, or the modality's shards in order)."""
-  targets: List[Tuple[Any, List[str]]] = [(v, [name]) for name, v in
-                                          body_variable_map(model).items()]
-  for role, modality in _modality_roles(model).items():
-    found = {int(m.group(4)): n for n in shapes if (m := _MODALITY_RE.match(n))
-             and m.group(3) == role}
-    targets.append((modality.weights_var, [found[i] for i in sorted(found)]))
-  return targets
-
-
 def load_t2t_weights(model, checkpoint_path: str) -> Dict[str, Any]:
   """Assigns a T2T checkpoint's weights to a built `Transformer` or `TransformerLM`.
 
@@ -360,13 +78,13 @@ def load_t2t_weights(model, checkpoint_path: str) -> Dict[str, Any]:
   reader = tf.train.load_checkpoint(checkpoint_path)
   shapes = reader.get_variable_to_shape_map()
   expected = body_variable_map(model)
-  roles = _modality_roles(model)
+  roles = modality_roles(model)
   shards: Dict[str, Dict[int, str]] = {role: {} for role in roles}
   unexpected, mismatched, missing = [], [], []
   for name in sorted(shapes):
     if is_ignored_variable(name) or name in expected:
       continue
-    match = _MODALITY_RE.match(name)
+    match = MODALITY_RE.match(name)
     if match and match.group(3) in roles:
       shards[match.group(3)][int(match.group(4))] = name
     else:

@@ -91,7 +91,6 @@ T2T_REQUIRED_VALUES: Dict[str, Tuple[Tuple[Any, ...], str]] = {
     "split_targets_chunk_length": ((0,), "splitting targets into chunks"),
     "split_targets_max_chunks": ((100,), "splitting targets into chunks"),
     "split_targets_strided_training": ((False,), "splitting targets into chunks"),
-    "pack_dataset": ((False,), "packed training examples"),
     "pad_batch": ((False,), "padded TPU batches"),
     "gpu_automatic_mixed_precision": ((False,), "float16 automatic mixed precision"),
     "optimizer_zero_grads": ((False,), "zeroing gradients"),

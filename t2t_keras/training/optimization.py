@@ -8,8 +8,9 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from t2t_keras.hparams import (ADAM_OPTIMIZERS, LEARNING_RATE_FACTORS, LEGACY_DECAY_SCHEMES,
-                               HParams, schedule_factors)
+from t2t_keras.hparams import ADAM_OPTIMIZERS, HParams
+from t2t_keras.hparams_checks import (LEARNING_RATE_FACTORS, LEGACY_DECAY_SCHEMES,
+                                      schedule_factors)
 from t2t_keras.perf import adam
 from t2t_keras.training import adafactor
 
