@@ -82,6 +82,12 @@ class Problem:
                        "@register_problem" % type(self).__name__)
     return self.registered_name
 
+  @property
+  def dataset_name(self) -> str:
+    """The name the problem's files carry (T2T's `dataset_filename()`): its own name,
+    or another problem's whose files it reads (a `*_packed` problem's base)."""
+    return self.name
+
   @classmethod
   def restore(cls, data_dir: Optional[str]) -> "Problem":
     """Instance used when the problem is looked up by name (with a data_dir)."""
@@ -96,14 +102,14 @@ class Problem:
 
     Requires the train and dev splits; see `manifest.check_data_dir`.
     """
-    return manifest_lib.check_data_dir(data_dir, self.name,
+    return manifest_lib.check_data_dir(data_dir, self.dataset_name,
                                        (DatasetSplit.TRAIN, DatasetSplit.EVAL),
                                        verify_checksums=verify_checksums)
 
   def filepattern(self, data_dir: str, split: str) -> str:
     """Glob of the final shard files of `split` (T2T `Problem.filepattern`)."""
     _check_split(split)
-    return os.path.join(data_dir, "%s-%s*" % (self.name, split))
+    return os.path.join(data_dir, "%s-%s*" % (self.dataset_name, split))
 
 
 def _check_split(split: str) -> None:
@@ -118,9 +124,15 @@ class Text2TextProblem(Problem):
   `share_vocab`, `has_test_split`, `source_lang`/`target_lang` and the space ids.
   `has_inputs = False` is T2T's Text2SelfProblem (a language model): samples and
   records hold only "targets"; "inputs" still names the one shared vocabulary.
+
+  `packed_length` (T2T's): training packs several examples into each row of
+  this many tokens (`t2t_keras/training/inputs.py`, T2T's
+  `pack_dataset`); the records stay one example each. T2T's `*_packed` problems
+  are such twins of their problem that read its files (`dataset_name`).
   """
 
   has_inputs: bool = True
+  packed_length: Optional[int] = None
 
   approx_vocab_size: int = 2**15
   share_vocab: bool = True
@@ -168,14 +180,15 @@ class Text2TextProblem(Problem):
   @property
   def vocab_filename(self) -> str:
     """T2T name of the shared vocab: `vocab.<name>.<size>.subwords`."""
-    return "vocab.%s.%d.subwords" % (self.name, self.approx_vocab_size)
+    return "vocab.%s.%d.subwords" % (self.dataset_name, self.approx_vocab_size)
 
   @property
   def vocab_filenames(self) -> Dict[str, str]:
     """Vocab file per feature; separate `.inputs`/`.targets` files when not shared."""
     if self.share_vocab:
       return {"inputs": self.vocab_filename, "targets": self.vocab_filename}
-    return {side: "vocab.%s.%d.%s.subwords" % (self.name, self.approx_vocab_sizes[side], side)
+    return {side: "vocab.%s.%d.%s.subwords" % (self.dataset_name, self.approx_vocab_sizes[side],
+                                                side)
             for side in ("inputs", "targets")}
 
   @property
@@ -222,7 +235,8 @@ class Text2TextProblem(Problem):
     _check_split(split)
     if num_shards is None:
       num_shards = {s["split"]: s["shards"] for s in self.dataset_splits}.get(split, 1)
-    return generator_utils.shard_filepaths(data_dir, self.name, split, num_shards, shuffled)
+    return generator_utils.shard_filepaths(data_dir, self.dataset_name, split, num_shards,
+                                           shuffled)
 
   def text_file(self, data_dir: str, split: str, side: str) -> str:
     """Plain-text file of a dev/test split: side "inputs" (source) or "targets" (reference)."""
@@ -230,7 +244,7 @@ class Text2TextProblem(Problem):
     langs = {"inputs": self.source_lang, "targets": self.target_lang}
     if side not in langs:
       raise ValueError("side must be 'inputs' or 'targets', got %r" % (side,))
-    return os.path.join(data_dir, "%s.%s.%s" % (self.name, split, langs[side]))
+    return os.path.join(data_dir, "%s.%s.%s" % (self.dataset_name, split, langs[side]))
 
   def reference_file(self, data_dir: str, split: str) -> str:
     """What decoded output of a dev/test split is scored against (see `scoring`)."""
@@ -286,8 +300,8 @@ class Text2TextProblem(Problem):
         raise ValueError("%s must be an int >= %d, got %r" % (name, low, value))
     os.makedirs(data_dir, exist_ok=True)
     os.makedirs(tmp_dir, exist_ok=True)
-    generator_utils.remove_stale_temporaries(data_dir, self.name)
-    old = manifest_lib.read_manifest(data_dir, self.name)
+    generator_utils.remove_stale_temporaries(data_dir, self.dataset_name)
+    old = manifest_lib.read_manifest(data_dir, self.dataset_name)
     settings, changed = self._settings(data_dir, old, num_shards, max_cases, random_seed)
     had_shards = bool(self._shards_present(data_dir))
     if progress is not None:
@@ -309,13 +323,13 @@ class Text2TextProblem(Problem):
                    todo or old is None or old.get("settings") != settings
                    or old.get("complete") is False)}
     for split in todo:  # the manifest says what is done, and with which settings
-      manifest_lib.write_manifest(data_dir, self.name, vocabs, entries, settings, False)
+      manifest_lib.write_manifest(data_dir, self.dataset_name, vocabs, entries, settings, False)
       self._generate_split(data_dir, tmp_dir, split, shards[split], encoders,
                            settings["max_cases"], settings["random_seed"], progress)
       entries[split] = manifest_lib.split_entry(
           self.shard_paths(data_dir, split, shards[split]), self.split_text_files(data_dir, split))
     if entries:  # complete: every split is written with these settings and vocab
-      manifest_lib.write_manifest(data_dir, self.name, vocabs, entries, settings)
+      manifest_lib.write_manifest(data_dir, self.dataset_name, vocabs, entries, settings)
     result = {"splits": {}, "vocab_seconds": self.vocab_seconds, "settings": settings,
               "changed": changed}
     for split, n in shards.items():
@@ -346,7 +360,8 @@ class Text2TextProblem(Problem):
 
   def _shards_present(self, data_dir: str, split: str = "*") -> List[str]:
     """Final shard files of `split` (default: any split) in data_dir, temporaries aside."""
-    present = glob.glob(os.path.join(data_dir, "%s-%s-[0-9]*-of-[0-9]*" % (self.name, split)))
+    present = glob.glob(os.path.join(data_dir, "%s-%s-[0-9]*-of-[0-9]*"
+                                     % (self.dataset_name, split)))
     return [p for p in present if not file_io.is_temporary(p)]
 
   def _generate_split(self, data_dir, tmp_dir, split, shards, encoders, max_cases,
@@ -380,7 +395,8 @@ class Text2TextProblem(Problem):
       progress(split + " shuffle", 0, len(final))
     generator_utils.shuffle_shards(unshuffled, final, random_seed)
     # Shards of an earlier run with another shard count would match filepattern too.
-    for path in glob.glob(os.path.join(data_dir, "%s-%s-[0-9]*-of-[0-9]*" % (self.name, split))):
+    for path in glob.glob(os.path.join(data_dir, "%s-%s-[0-9]*-of-[0-9]*"
+                                       % (self.dataset_name, split))):
       if path not in final and not file_io.is_temporary(path):
         logging.info("removing stale shard %s", path)
         os.remove(path)

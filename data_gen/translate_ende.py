@@ -8,6 +8,8 @@
 * `translate_ende_wmt32k` (and its 8k twin `translate_ende_wmt8k`): WMT14 through
   tensorflow-datasets (needs internet once; downloads under --tmp_dir),
   2^15 vocab sampled from ≈1 MB of evenly spaced lines per source.
+* `*_packed` twins of each (T2T's `translate_ende_wmt32k_packed`, ...): the same
+  files, packed into rows of 256 tokens when training (`packed_length`).
 """
 
 import hashlib
@@ -191,6 +193,17 @@ class TranslateEndeDingBible8k(Text2TextProblem):
       yield {"inputs": en, "targets": de}
 
 
+@register_problem
+class TranslateEndeDingBible8kPacked(TranslateEndeDingBible8k):
+  """translate_ende_ding_bible8k packed into rows of 256 tokens; reads its files."""
+
+  packed_length = 256
+
+  @property
+  def dataset_name(self) -> str:
+    return TranslateEndeDingBible8k.registered_name
+
+
 # ---- WMT14 through tensorflow-datasets ----------------------------------------------
 class DownloadFailedError(ValueError):
   """A WMT archive could not be downloaded (no internet, a proxy refusing, an HTTP error)."""
@@ -326,3 +339,25 @@ class TranslateEndeWmt8k(TranslateEndeWmt32k):
   """
 
   approx_vocab_size = 2**13
+
+
+@register_problem
+class TranslateEndeWmt32kPacked(TranslateEndeWmt32k):
+  """T2T's translate_ende_wmt32k_packed: rows of 256 tokens; reads translate_ende_wmt32k's files."""
+
+  packed_length = 256
+
+  @property
+  def dataset_name(self) -> str:
+    return TranslateEndeWmt32k.registered_name
+
+
+@register_problem
+class TranslateEndeWmt8kPacked(TranslateEndeWmt8k):
+  """T2T's translate_ende_wmt8k_packed: rows of 256 tokens; reads translate_ende_wmt8k's files."""
+
+  packed_length = 256
+
+  @property
+  def dataset_name(self) -> str:
+    return TranslateEndeWmt8k.registered_name

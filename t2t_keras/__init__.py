@@ -22,6 +22,7 @@ _EXPORTS = {
     "RunDir": "t2t_keras.rundir.files",
     "open_run": "t2t_keras.trained_run",
     "TrainedRun": "t2t_keras.trained_run",
+    "LanguageModelRun": "t2t_keras.lm_run",
     "train": "t2t_keras.training.runner",
     "generate_data": "data_gen.generate",
     "create_hparams": "t2t_keras.hparams",

@@ -342,6 +342,33 @@ def transformer_wikitext103_l4k_v0() -> HParams:
       symbol_modality_num_shards=1, **_BROADCAST_DROPOUT)
 
 
+@register
+def transformer_ada_lmpackedbase() -> HParams:
+  """T2T's set for languagemodel_lm1b32k_packed (256-token packed rows), Adafactor.
+
+  T2T derives it from transformer_base_vq_ada_32ex_packed (refused: VQ-gated
+  mixture-of-experts layers) and puts dense_relu_dense layers back, so it is
+  that set's other values on transformer_base_v2.
+  """
+  return transformer_base_v2().replace(
+      batch_size=5072, shared_embedding_and_softmax_weights=False,
+      learning_rate_warmup_steps=10000, learning_rate_decay_steps=27200, num_heads=4,
+      num_decoder_layers=6, label_smoothing=0.0, layer_postprocess_sequence="dan",
+      layer_preprocess_sequence="none", weight_decay=1e-6, optimizer="Adafactor",
+      learning_rate_schedule="linear_warmup*rsqrt_decay*linear_decay", learning_rate=0.1)
+
+
+@register
+def transformer_ada_lmpackedbase_dialog() -> HParams:
+  return transformer_ada_lmpackedbase().replace(max_length=1024, batch_size=4096)
+
+
+@register
+def transformer_ada_lmpackedbase_relative() -> HParams:
+  """T2T's name only: it sets no relative attention, so it is transformer_ada_lmpackedbase."""
+  return transformer_ada_lmpackedbase()
+
+
 # T2T's transformer.py sets not built here, refused by name: set -> why.
 _MOE = "mixture-of-experts / VQ-gated feed-forward layers (ffn_layer=local_moe) are not implemented"
 _TALL = ("language-model 'tall' pre-training and multi-problem mixing (multiproblem_*) are "
@@ -367,10 +394,6 @@ REFUSED_HPARAMS_SETS: Dict[str, str] = {
        for name in ("transformer_timeseries", "transformer_timeseries_tpu")},
     "transformer_tpu_with_conv": ("convolutional feed-forward layers (ffn_layer=conv_relu_conv) "
                                   "are not implemented"),
-    **{name: ("a language-model set on packed examples (T2T's languagemodel_lm1b32k_packed): "
-              "packed datasets (several examples per row) are not implemented")
-       for name in ("transformer_ada_lmpackedbase", "transformer_ada_lmpackedbase_dialog",
-                    "transformer_ada_lmpackedbase_relative")},
     **{name: _AUDIO for name in (
         "transformer_librispeech_v1", "transformer_librispeech_v2",
         "transformer_librispeech_tpu_v1", "transformer_librispeech_tpu_v2",

@@ -24,11 +24,12 @@ from t2t_keras import errors
 from t2t_keras.decoding_state import DecodingState, KeyValue
 from t2t_keras.hparams import HParams
 from t2t_keras.layers import HParamsConfig
-from t2t_keras.layers.attention import attention_bias_lower_triangle, attention_bias_visible
+from t2t_keras.layers.attention import (attention_bias_lower_triangle,
+                                        attention_bias_same_segment, attention_bias_visible)
 from t2t_keras.layers.dropout import Dropout
 from t2t_keras.layers.embedding import PositionEmbedding, SymbolModality
 from t2t_keras.layers.transformer_layers import TransformerDecoder
-from t2t_keras.model import AttentionScores, shift_right_3d
+from t2t_keras.model import AttentionScores, packed_feature, shift_right_3d
 from t2t_keras.perf.buffers import new_buffer
 
 
@@ -43,7 +44,11 @@ class TransformerLM(HParamsConfig, keras.Model):
 
   Call arguments:
     features: dict with "targets" `[batch, length]` int ids, 0-padded; any
-      "inputs" is ignored (an LM's batches hold an empty one).
+      "inputs" is ignored (an LM's batches hold an empty one). Packed examples
+      (several texts per row, T2T's packed datasets) add "targets_segmentation"
+      and "targets_position" `[batch, length]`: self-attention then stays within
+      each text and positions restart with it, so each text gets the logits it
+      has alone.
     training: Python bool.
     return_attention_scores: also return every attention weight.
 
@@ -86,16 +91,21 @@ class TransformerLM(HParamsConfig, keras.Model):
     self.decoder.build(shape)
     self.built = True
 
-  def embed_targets(self, targets, training=None) -> tf.Tensor:
-    """targets `[batch, length]` -> shifted-right embeddings + positions, dropout:
-    `[batch, length, hidden]`."""
-    x = shift_right_3d(self.target_modality.embed(tf.cast(targets, tf.int32)))
-    return self.target_dropout(self.targets_position(x), training=training)
+  def embed_targets(self, targets, training=None, position=None) -> tf.Tensor:
+    """targets `[batch, length]` (and optionally each token's position, int
+    `[batch, length]`, of packed texts) -> shifted-right embeddings + positions,
+    dropout: `[batch, length, hidden]`."""
+    x = shift_right_3d(self.target_modality.embed(tf.cast(targets, tf.int32)), position)
+    return self.target_dropout(self.targets_position(x, position=position), training=training)
 
   def call(self, features, training=None, return_attention_scores=False):
     targets = features["targets"]
-    x = self.embed_targets(targets, training=training)
+    packed = packed_feature(features, "targets")
+    x = self.embed_targets(targets, training=training,
+                           position=None if packed is None else packed[1])
     self_bias = attention_bias_lower_triangle(tf.shape(targets)[1])
+    if packed is not None:  # T2T: the causal bias plus one keeping texts apart
+      self_bias += attention_bias_same_segment(packed[0], packed[0])
     x, scores = self.decoder(x, None, self_bias, None, training=training,
                              return_attention_scores=True)
     logits = tf.cast(self.softmax.logits(x), tf.float32)

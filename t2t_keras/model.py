@@ -28,7 +28,7 @@ from t2t_keras.layers import HParamsConfig
 from t2t_keras.layers.attention import (attention_bias_ignore_padding,
                                         attention_bias_lower_triangle,
                                         attention_bias_prepend_inputs_full_attention,
-                                        attention_bias_visible)
+                                        attention_bias_same_segment, attention_bias_visible)
 from t2t_keras.layers.dropout import Dropout
 from t2t_keras.layers.embedding import PositionEmbedding, SymbolModality
 from t2t_keras.layers.initializers import get_variable_initializer
@@ -47,9 +47,29 @@ class AttentionScores(NamedTuple):
   encdec: List[tf.Tensor]
 
 
-def shift_right_3d(x: tf.Tensor) -> tf.Tensor:
-  """Prepends a zero vector along length: `[batch, length, depth]` -> same shape."""
-  return tf.pad(x, [[0, 0], [1, 0], [0, 0]])[:, :-1, :]
+def shift_right_3d(x: tf.Tensor, position: Optional[tf.Tensor] = None) -> tf.Tensor:
+  """Prepends a zero vector along length: `[batch, length, depth]` -> same shape.
+
+  With `position` (int `[batch, length]`, packed examples' positions) every
+  position 0 gets the zero vector, so that each packed example starts as it
+  does alone (T2T fed it the previous example's last token instead).
+  """
+  x = tf.pad(x, [[0, 0], [1, 0], [0, 0]])[:, :-1, :]
+  if position is not None:
+    x *= tf.cast(tf.not_equal(position, 0), x.dtype)[..., None]
+  return x
+
+
+def packed_feature(features, key: str) -> Optional[Tuple[tf.Tensor, tf.Tensor]]:
+  """(segmentation, position), int32 `[batch, length]`, of `key` in packed features
+  (T2T's "<key>_segmentation" and "<key>_position", `training/inputs.pack_dataset`);
+  None for unpacked features."""
+  if key + "_segmentation" not in features:
+    return None
+  if key + "_position" not in features:
+    raise ValueError(f"packed features hold {key}_segmentation but no {key}_position.")
+  return (tf.cast(features[key + "_segmentation"], tf.int32),
+          tf.cast(features[key + "_position"], tf.int32))
 
 
 @keras.saving.register_keras_serializable(package="t2t_keras")
@@ -67,7 +87,12 @@ class Transformer(HParamsConfig, keras.Model):
     features: dict with "inputs" `[batch, input_length]` and "targets"
       `[batch, target_length]` int ids, 0-padded. With `hparams.prepend_mode`
       the targets are T2T's [inputs, 0, targets] (`inputs.py` builds them) and
-      the encoder still reads the inputs, as T2T's Transformer did.
+      the encoder still reads the inputs, as T2T's Transformer did. Packed
+      examples (T2T's packed datasets) add "inputs_segmentation",
+      "inputs_position" `[batch, input_length]`, "targets_segmentation" and
+      "targets_position" `[batch, target_length]`: each attention then stays
+      within an example (segment) and positions restart with each, so each
+      example gets the logits it has alone.
     training: Python bool.
     return_attention_scores: also return every attention weight.
 
@@ -136,11 +161,12 @@ class Transformer(HParamsConfig, keras.Model):
 
   # -- Encoder ---------------------------------------------------------------
 
-  def embed_inputs(self, inputs, training=None) -> Tuple[tf.Tensor, tf.Tensor]:
+  def embed_inputs(self, inputs, training=None, position=None) -> Tuple[tf.Tensor, tf.Tensor]:
     """Encoder input: embeddings (+ target space) + positions, dropout.
 
-    inputs `[batch, length]` -> (x `[batch, length, hidden]`, float32 padding bias
-    `[batch, 1, 1, length]`).
+    inputs `[batch, length]` (and optionally each token's position, int
+    `[batch, length]`, of packed examples) -> (x `[batch, length, hidden]`,
+    float32 padding bias `[batch, 1, 1, length]`).
     """
     inputs = tf.cast(inputs, tf.int32)
     x = self.input_modality.embed(inputs)
@@ -148,7 +174,7 @@ class Transformer(HParamsConfig, keras.Model):
     if self.hparams.use_target_space_embedding:
       space = self.target_space_embedding(tf.constant([self.target_space_id]))
       x += tf.cast(space, x.dtype)[None]
-    x = self.inputs_position(x)
+    x = self.inputs_position(x, position=position)
     return self.input_dropout(x, training=training), bias
 
   def encode(self, inputs, training=None) -> Tuple[tf.Tensor, tf.Tensor]:
@@ -157,44 +183,61 @@ class Transformer(HParamsConfig, keras.Model):
     encoder_output, bias, _ = self._encode(inputs, training)
     return encoder_output, bias
 
-  def _encode(self, inputs, training):
-    """`encode` and the encoder's attention weights."""
-    x, bias = self.embed_inputs(inputs, training=training)
-    encoder_output, scores = self.encoder(x, bias, training=training,
+  def _encode(self, inputs, training, packed=None):
+    """`encode` and the encoder's attention weights; `packed`: the inputs'
+    (segmentation, position) of packed examples (`packed_feature`), or None."""
+    x, bias = self.embed_inputs(inputs, training=training,
+                                position=None if packed is None else packed[1])
+    self_bias = bias if packed is None else attention_bias_same_segment(packed[0], packed[0])
+    encoder_output, scores = self.encoder(x, self_bias, training=training,
                                           return_attention_scores=True)
     return encoder_output, bias, scores
 
   # -- Teacher-forced decoder ------------------------------------------------
 
-  def embed_targets(self, targets, training=None) -> tf.Tensor:
+  def embed_targets(self, targets, training=None, position=None) -> tf.Tensor:
     """Decoder input: shifted-right target embeddings + positions, dropout.
 
-    targets `[batch, length]` -> `[batch, length, hidden]`.
+    targets `[batch, length]` (and optionally each token's position, int
+    `[batch, length]`, of packed examples) -> `[batch, length, hidden]`.
     """
-    x = shift_right_3d(self.target_modality.embed(targets))
-    x = self.targets_position(x)
+    x = shift_right_3d(self.target_modality.embed(targets), position)
+    x = self.targets_position(x, position=position)
     return self.target_dropout(x, training=training)
 
   def decode(self, targets, encoder_output, encdec_bias, training=None) -> tf.Tensor:
     """targets `[batch, length]` -> float32 logits `[batch, length, vocab]`."""
     return self._decode(targets, encoder_output, encdec_bias, training)[0]
 
-  def _decode(self, targets, encoder_output, encdec_bias, training):
-    """`decode` and the decoder's per-layer (self, encoder-decoder) attention weights."""
-    x = self.embed_targets(targets, training=training)
+  def _decode(self, targets, encoder_output, encdec_bias, training, packed=None):
+    """`decode` and the decoder's per-layer (self, encoder-decoder) attention weights;
+    `packed`: the targets' (segmentation, position) of packed examples, or None."""
+    x = self.embed_targets(targets, training=training,
+                           position=None if packed is None else packed[1])
     if self.hparams.prepend_mode == "prepend_inputs_full_attention":
       # T2T's `transformer_prepare_decoder`: from the padding of the unshifted targets.
       self_bias = attention_bias_prepend_inputs_full_attention(
           tf.cast(tf.equal(targets, PAD_ID), tf.float32))
     else:
       self_bias = attention_bias_lower_triangle(tf.shape(targets)[1])
+    if packed is not None:  # T2T: the causal bias plus one keeping examples apart
+      self_bias += attention_bias_same_segment(packed[0], packed[0])
     x, scores = self.decoder(x, encoder_output, self_bias, encdec_bias, training=training,
                              return_attention_scores=True)
     return tf.cast(self.softmax.logits(x), tf.float32), scores
 
   def call(self, features, training=None, return_attention_scores=False):
-    encoder_output, encdec_bias, encoder = self._encode(features["inputs"], training)
-    logits, decoder = self._decode(features["targets"], encoder_output, encdec_bias, training)
+    packed_inputs = packed_feature(features, "inputs")
+    packed_targets = packed_feature(features, "targets")
+    if (packed_inputs is None) != (packed_targets is None):
+      raise ValueError("packed features need both inputs_ and targets_segmentation; got "
+                       "only one.")
+    encoder_output, encdec_bias, encoder = self._encode(features["inputs"], training,
+                                                        packed_inputs)
+    if packed_inputs is not None:  # targets see the inputs of their own example only
+      encdec_bias = attention_bias_same_segment(packed_targets[0], packed_inputs[0])
+    logits, decoder = self._decode(features["targets"], encoder_output, encdec_bias, training,
+                                   packed_targets)
     if not return_attention_scores:
       return logits
     return logits, AttentionScores(encoder=encoder, decoder=[s for s, _ in decoder],

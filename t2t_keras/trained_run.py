@@ -1,5 +1,8 @@
 """`open_run(path) -> TrainedRun`: the one way to load a trained run, for Python and the CLIs.
 
+A language model's run (a problem without inputs) opens as a
+`lm_run.LanguageModelRun`, which samples and scores text instead of translating.
+
   import t2t_keras
   run = t2t_keras.open_run("work/train")
   print(run.translate(["the house is small", "a cat sees the dog"]))
@@ -15,7 +18,6 @@ so a line translated here is the line `t2t_keras_decoder` writes.
 
 from __future__ import annotations
 
-import dataclasses
 import numbers
 import os
 import tempfile
@@ -26,9 +28,13 @@ from t2t_keras import hparams_checks
 from t2t_keras.decoding import ensemble, text_args, text_decoder
 from t2t_keras.errors import RunError
 from t2t_keras.export import ctranslate2_decoder, ctranslate2_model, saved_model
-from t2t_keras.hparams import DecodeHParams, create_decode_hparams
+from t2t_keras.hparams import api_decode_hparams
+from t2t_keras.hparams_checks import check_decode_for_language_model
+from t2t_keras.lm_run import LanguageModelRun
 from t2t_keras.rundir import model_factory, settings
 from t2t_keras.rundir.files import RunDir
+
+check_export_dir = saved_model.check_export_dir  # the exporter's check of --export_dir
 
 
 def _quiet(line: str) -> None:
@@ -41,8 +47,11 @@ class EnsembleError(ValueError):
 
 def open_run(path: Union[str, Sequence[str]], checkpoint: Optional[str] = None,
              data_dir: Optional[str] = None, log: Callable[[str], None] = _quiet,
-             default_run: Optional[str] = None) -> "TrainedRun":
+             default_run: Optional[str] = None) -> Union["TrainedRun", LanguageModelRun]:
   """Loads the trained run in `path` (a `t2t_keras_trainer --output_dir`).
+
+  A run of a problem without inputs (a language model) is a `LanguageModelRun`:
+  it samples and scores text (`lm_run.py`); an ensemble refuses it.
 
   `open_run([A, B, ...])` loads the ensemble of several (`ensemble.py`): each a
   run directory, or a checkpoint prefix whose directory is its run (else
@@ -60,6 +69,8 @@ def open_run(path: Union[str, Sequence[str]], checkpoint: Optional[str] = None,
   Raises:
     FileNotFoundError: `path` is not a training run (no hparams.json / run.json),
       or no vocabulary is found.
+    EnsembleError: an ensemble's runs differ in vocabulary, or one is a language
+      model.
     errors.RunError: the vocabulary differs from the one the run was trained with,
       or a run file is damaged.
     checkpoints.CheckpointError: no loadable checkpoint, or `checkpoint` is damaged
@@ -73,10 +84,6 @@ def open_run(path: Union[str, Sequence[str]], checkpoint: Optional[str] = None,
                        f"not checkpoint={checkpoint!r}.")
     return _open_ensemble(_member_paths(path), data_dir, log, default_run)
   _, problem_name, spec = settings.load_run_files(path)
-  if not spec.has_inputs:
-    raise RunError(f"{path} is a language model ({problem_name}: targets only, no inputs to "
-                   "translate); score and sample it with t2t_keras.decoding.lm "
-                   "(docs/language_models.md).")
   data_dir = data_dir or settings.recorded_data_dir(path)
   try:
     problem = registry.problem(problem_name, data_dir or path)
@@ -91,6 +98,8 @@ def open_run(path: Union[str, Sequence[str]], checkpoint: Optional[str] = None,
   # Before the model is built: its ids mean nothing with another vocabulary.
   settings.check_vocab(path, data_dir, log, problem)
   model, _, _, _, checkpoint_path = model_factory.load_trained_model(path, checkpoint, log=log)
+  if not spec.has_inputs:
+    return LanguageModelRun(path, data_dir, problem, model, checkpoint_path, log)
   return TrainedRun(path, data_dir, problem, model, checkpoint_path, log)
 
 
@@ -145,6 +154,8 @@ def check_decode_hparams(path: Union[str, Sequence[str]], decode_hp,
     return  # open_run reads them again and says what is wrong
   hparams_checks.check_decode_for_models(decode_hp, [hp for hp, _, _ in runs],
                                          runs[0][2].target_vocab_size)
+  if len(runs) == 1 and not runs[0][2].has_inputs:
+    check_decode_for_language_model(decode_hp)
 
 
 def _open_ensemble(items: List[str], data_dir: Optional[str], log: Callable[[str], None],
@@ -152,6 +163,12 @@ def _open_ensemble(items: List[str], data_dir: Optional[str], log: Callable[[str
   if not items:
     raise ValueError("open_run([]): an ensemble needs at least one run.")
   members = [_member_run(item, default_run) for item in items]
+  if len(members) > 1:
+    for item, (run_path, _) in zip(items, members):
+      if not settings.load_run_files(run_path)[2].has_inputs:
+        raise EnsembleError(f"{item} is a language model: an ensemble decodes translation "
+                            "runs; open it alone (open_run(path)) to sample() and score() "
+                            "text with it.")
   # Before any model is built: run.json records each run's vocabulary digests.
   digests = [settings.recorded_vocab_digests(run_path) for run_path, _ in members]
   for item, (run_path, _), digest in zip(items[1:], members[1:], digests[1:]):
@@ -219,12 +236,7 @@ class TrainedRun:
     """`DecodeHParams` from T2T's override string and/or keyword values (log_results
     off unless asked for); a DecodeHParams given alone is used as it is. Raises
     ValueError on an unknown name or a bad value."""
-    if isinstance(decode_hparams, DecodeHParams):
-      return dataclasses.replace(decode_hparams, **values)
-    values.setdefault("log_results", False)
-    overrides = ",".join(filter(None, [decode_hparams] + [
-        f"{k}={v}" for k, v in values.items()]))
-    return create_decode_hparams(overrides)
+    return api_decode_hparams(decode_hparams, **values)
 
   def decoder(self, decode_hp, engine: str = "tensorflow", **engine_args):
     """The line decoder `t2t_keras_decoder` runs for these decode hparams: the
@@ -363,19 +375,3 @@ class TrainedRun:
 
 def _is_int(value) -> bool:
   return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def check_export_dir(export_dir: str) -> None:
-  """Refuses a SavedModel base path that is a file or names a version itself.
-
-  Raises:
-    ValueError: with the exporter's one-line message.
-  """
-  if os.path.exists(export_dir) and not os.path.isdir(export_dir):
-    raise ValueError(f"--export_dir={export_dir} is a file, not a directory.")
-  base, last = os.path.split(os.path.normpath(export_dir))
-  if last.isdigit():  # TF Serving would take a numbered directory for a version
-    raise ValueError(
-        f"--export_dir={export_dir} ends in a version number, but it is the model base path "
-        f"(tensorflow_model_server's --model_base_path): each export adds a new version "
-        f"<export_dir>/<N>. Give --export_dir={base or '.'} to write its next version.")

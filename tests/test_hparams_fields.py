@@ -183,6 +183,12 @@ def observe_batching(hp: HParams, _decode_hp=None, path=None):
           inputs.hparams_to_batching_scheme(hp))
 
 
+def observe_training_batching(hp: HParams, _decode_hp=None, path=None):
+  """Each batch's features and shapes over one unshuffled training epoch."""
+  return [sorted((k, tuple(v.shape)) for k, v in b.items())
+          for b in inputs.make_dataset(path, hp, "train", shuffle=False, repeat=False)]
+
+
 _MODELS = {}
 
 
@@ -304,6 +310,9 @@ PROBES = {
         # The targets become [inputs, 0, targets] (tests/test_prepend_mode.py: the
         # attention bias and loss weights against T2T's in NumPy).
         "prepend_mode": ("batch_size=64", "prepend_inputs_masked_attention", observe_batching),
+        # Rows of several examples (tests/test_packing.py: the rows against a
+        # brute-force packer, the models' logits against each example alone).
+        "pack_dataset": ("batch_size=64", True, observe_training_batching),
     },
     DecodeHParams: {
         "beam_size": ("return_beams=true", 3, observe_decoding),
@@ -394,7 +403,8 @@ def _observe(cls, observer, context, changes, path):
   if not changes and key in _BASELINES:
     return _BASELINES[key]
   hp, decode_hp = _build(cls, context, changes)
-  if observer in (observe_batching, observe_decoding, observe_finished_beams):
+  if observer in (observe_batching, observe_training_batching, observe_decoding,
+                  observe_finished_beams):
     seen = observer(hp, decode_hp, path=path)
   else:
     seen = observer(hp, decode_hp)
@@ -436,7 +446,7 @@ def _eager_if_decoding(request, observer):
 def test_setting_a_field_changes_what_it_controls(cls, name, context, value, observer,
                                                  records, text_path, request):
   _eager_if_decoding(request, observer)
-  path = records if observer is observe_batching else text_path
+  path = records if observer in (observe_batching, observe_training_batching) else text_path
   base = _build(cls, context)[0 if cls is HParams else 1]
   assert getattr(base, name) != value, "the probe must set a non-default value"
   baseline = _observe(cls, observer, context, {}, path)

@@ -10,10 +10,12 @@ import random
 import re
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from data_gen import registry
 from data_gen.text_encoder import EOS_ID
+import t2t_keras
 from t2t_keras.decoding import lm
 from t2t_keras.lm_model import TransformerLM
 from t2t_keras.rundir import model_factory
@@ -114,8 +116,10 @@ def test_datagen_trainer_and_the_trained_language_model(tmp_path, capsys):
   (text, continuation), = lm.sample_texts(model, encoder, ["the big"],
                                                    max_new_tokens=20, temperature=0.0)
   assert continuation.ended and text.split()[0] in NOUNS, text
-  # The translation commands refuse the language model in one line, naming the API.
-  code, _, err = run_cli_output("t2t_keras.cli.decoder", [
-      f"--output_dir={output_dir}", f"--data_dir={data_dir}", "--decode_interactive"], capsys)
-  assert code == 2 and "is a language model" in err and "t2t_keras.decoding.lm" in err, err[-2000:]
-  assert "Traceback" not in err
+  # The run opens as a language model: the same continuation; translate() names sample().
+  run = t2t_keras.open_run(str(output_dir))
+  assert run.sample(["the big"], max_new_tokens=20, temperature=0)[0].text == text
+  assert math.isclose(math.exp(-sum(s.log_prob for s in run.score(lines)) / tokens), last,
+                      rel_tol=1e-3)
+  with pytest.raises(TypeError, match=r"sample\(prompts\)"):
+    run.translate(["the big"])

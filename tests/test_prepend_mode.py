@@ -15,7 +15,7 @@ from t2t_keras.hparams import create_hparams
 from t2t_keras.layers.attention import attention_bias_prepend_inputs_full_attention
 from t2t_keras.rundir import model_factory
 from t2t_keras.rundir.settings import ModelSpec
-from t2t_keras.t2t_import import importer
+from t2t_keras.t2t_import import variable_names
 from t2t_keras.training import inputs as inputs_lib, losses
 from t2t_keras.training.trainer import Trainer, create_strategy
 from tests.support import t2t_numpy_lm as np_lm
@@ -106,7 +106,7 @@ def _model(mode, seed=0):
 
 
 def _numpy(model):
-  tensors = {n: v.numpy() for n, v in importer.body_variable_map(model).items()}
+  tensors = {n: v.numpy() for n, v in variable_names.body_variable_map(model).items()}
   tensors[f"transformer/symbol_modality_{VOCAB}_16/shared/weights_0"] = \
       model.softmax.weights_var.numpy()
   return T2TNumpyTransformer.from_tensors(tensors, model.hparams.to_dict(), 0)

@@ -65,7 +65,8 @@ _EXPERIMENT = {
                  list(training.SCHEDULES)),
     "keep_checkpoint_max": ("integer", 20, "Checkpoints to keep."),
     "worker_gpu": ("integer", None, "GPUs to use on this worker (default: all visible)."),
-    "random_seed": ("integer", None, "Seed of initialization, dropout and data order."),
+    "random_seed": ("integer", None, "Seed of initialization, dropout and data order (the "
+                    "trainer); of sampling (the decoder and exporter on a language model)."),
     "distribution_strategy": ("enum", None,
                               "Default: mirrored when several GPUs are used, else one_device.",
                               ["one_device", "mirrored", "multi_worker_mirrored"]),
@@ -217,6 +218,21 @@ def resolve_path_flags(*names: str) -> None:
         raise app.UsageError(f"--{name}={value}: member {empty[0]} of the ensemble is empty; "
                              "give its runs or checkpoints separated by single commas.")
       setattr(flags.FLAGS, name, ",".join(resolve(p) for p in parts))
+
+
+def is_language_model_run() -> bool:
+  """Whether --output_dir holds a language model's run (a problem without inputs), read
+  from its run files before any model is built. Files that cannot be read, and
+  ensembles (--checkpoint_path=A,B), are left for load_trained_run to report."""
+  # TensorFlow and the models: loaded when the command runs, not for --help
+  from t2t_keras.rundir import settings
+  FLAGS = flags.FLAGS
+  if not FLAGS.output_dir or "," in (FLAGS.checkpoint_path or ""):
+    return False
+  try:
+    return not settings.load_run_files(FLAGS.output_dir)[2].has_inputs
+  except Exception:  # pylint: disable=broad-except
+    return False
 
 
 def check_decode_hparams(decode_hp) -> None:

@@ -24,6 +24,21 @@ beam search is CTranslate2's with T2T's length penalty applied to its n-best
 Without --decode_from_file it decodes the problem's dev split (test with
 --eval_use_test_set) and scores it against the reference. The trainer's
 flagfile may be given: the training flags in it are ignored here.
+
+A language model's run (a problem without inputs, e.g. languagemodel_from_files)
+continues prompts, as T2T's decoder did for such problems:
+
+  t2t_keras_decoder --data_dir=data/lm --output_dir=runs/lm --decode_from_file=prompts.txt \
+      --decode_to_file=continuations.txt \
+      --decode_hparams='beam_size=1,sampling_method=random,sampling_temp=0.8,extra_length=30' \
+      --random_seed=1
+
+writes each prompt's continuation (the prompt not repeated), one line per input
+line: greedy (beam_size=1), sampling (sampling_method=random, sampling_temp,
+sampling_keep_top_k; seeded by --random_seed) or beam search (beam_size > 1,
+alpha), extra_length new tokens at most. --decode_interactive continues each
+line typed. --score_file=texts.txt --decode_to_file=scores.tsv writes per line
+its natural-log probability and perplexity, tab-separated.
 """
 
 from __future__ import annotations
@@ -41,11 +56,13 @@ from t2t_keras.hparams import DecodeHParams, create_decode_hparams, parse_overri
 FLAGS = flags.FLAGS
 
 common_flags.define_experiment_flags(common_flags.TRAINED_RUN_FLAGS + (
-    "decode_hparams", "decode_from_file", "decode_to_file", "decode_reference"))
+    "decode_hparams", "decode_from_file", "decode_to_file", "decode_reference", "random_seed"))
 
-flags.DEFINE_bool("decode_interactive", False, "Read sentences from stdin, print translations.")
+flags.DEFINE_bool("decode_interactive", False, "Read sentences from stdin, print translations "
+                  "(a language model: prompts, their continuations).")
 flags.DEFINE_string("score_file", None,
-                    "Score source<TAB>target pairs from this file: print log P(target|source).")
+                    "Score source<TAB>target pairs from this file: print log P(target|source). "
+                    "A language model: one text per line; print log P(text)<TAB>perplexity.")
 flags.DEFINE_string("decode_prefix_file", None,
                     "Force the start of each output: one target prefix per input line (an "
                     "empty line forces nothing); beam search continues from it and scores "
@@ -75,6 +92,9 @@ def main(argv):
     decode_hp = create_decode_hparams(FLAGS.decode_hparams, FLAGS.hparams)
   except ValueError as e:
     raise app.UsageError(f"--decode_hparams / --hparams: {e}") from None
+  if common_flags.is_language_model_run():
+    _decode_language_model(decode_hp)
+    return
   if decode_hp.return_alignments and FLAGS.engine != "tensorflow":
     raise app.UsageError("--decode_hparams=return_alignments=true needs --engine=tensorflow "
                          "(the alignments come from its encoder-decoder attention).")
@@ -141,6 +161,73 @@ def main(argv):
               f"({bleu.paper_signature(language)})", flush=True)
       else:
         print(bleu.paper_not_computed(problem.target_lang), flush=True)
+
+
+def _decode_language_model(decode_hp):
+  """A language model's run: --decode_from_file's lines (or stdin's, with
+  --decode_interactive) are prompts, each gets its continuation; --score_file's lines
+  are texts, each gets its log-probability and perplexity. Every flag and input is
+  checked before the model loads."""
+  refused = {"decode_prefix_file": "its prompts are the prefixes",
+             "decode_reference": "a continuation has no reference",
+             "eval_use_test_set": "it decodes the prompts of --decode_from_file",
+             "ctranslate2_model_dir": "it decodes with --engine=tensorflow",
+             "compute_type": "it decodes with --engine=tensorflow"}
+  for name, why in refused.items():
+    if FLAGS[name].present:
+      raise app.UsageError(f"--{name} does not apply to a language model ({why}).")
+  if FLAGS.engine != "tensorflow":
+    raise app.UsageError(f"--engine={FLAGS.engine}: a language model decodes with "
+                         "--engine=tensorflow (the CTranslate2 converter maps the "
+                         "encoder-decoder Transformer).")
+  if not FLAGS.decode_use_cache or FLAGS.decode_jit_compile:
+    raise app.UsageError("--decode_use_cache=false / --decode_jit_compile=true: a language "
+                         "model decodes cached, without XLA; drop the flag.")
+  if decode_hp.num_samples > 0:
+    raise app.UsageError("--decode_hparams=num_samples applies to decoding a dataset; a "
+                         "language model continues the prompts of --decode_from_file.")
+  given = [f"--{name}" for name in ("decode_from_file", "score_file", "decode_interactive")
+           if FLAGS[name].value]
+  if len(given) != 1:
+    raise app.UsageError(
+        f"{' and '.join(given) or 'No input'}: a language model's run continues the prompts "
+        "of --decode_from_file=FILE (or typed, --decode_interactive) or scores the texts of "
+        "--score_file=FILE; give one of them.")
+  if FLAGS.decode_to_file:
+    common_flags.check_output_file("decode_to_file", FLAGS.decode_to_file)
+    if "log_results" not in parse_overrides(DecodeHParams, FLAGS.decode_hparams):
+      decode_hp = decode_hp.replace(log_results=False)
+  lines = None
+  if not FLAGS.decode_interactive:
+    flag = "score_file" if FLAGS.score_file else "decode_from_file"
+    what = "a text file of texts to score" if FLAGS.score_file else "a text file of prompts"
+    lines = file_checks.read_input_lines(flag, FLAGS[flag].value, what + ", one per line",
+                                         decode_hp.delimiter, allow_stdin=True)
+  common_flags.check_decode_hparams(decode_hp)  # those of a language model
+  # TensorFlow and the models: loaded when the command runs, not for --help
+  from t2t_keras import lm_run
+  from t2t_keras.decoding import text_rules
+  run = common_flags.load_trained_run()
+  arguments = lm_run.sample_arguments(decode_hp)
+  if FLAGS.score_file:
+    scores = run.score(lines, batch_size=arguments["batch_size"])
+    _emit([f"{s.log_prob:.6f}\t{s.perplexity:.6f}" for s in scores])
+    return
+
+  def continuations(prompts):
+    outputs = [text_rules.clean_output(s.text)
+               for s in run.sample(prompts, seed=FLAGS.random_seed, **arguments)]
+    if decode_hp.log_results:  # T2T's log_decode_results
+      for prompt, output in zip(prompts, outputs):
+        run.log(f"Inference results INPUT: {prompt}")
+        run.log(f"Inference results OUTPUT: {output}")
+    return outputs
+
+  if FLAGS.decode_interactive:
+    for line in sys.stdin:
+      print(continuations([line.rstrip("\n")])[0], flush=True)
+    return
+  _emit(continuations(lines))
 
 
 def _read_prefixes(lines):

@@ -18,6 +18,12 @@ with the subword vocabularies beside it, for int8 / float32 CPU inference
 without TensorFlow (`pip install -e '.[ct2]'`); decode through it with
 t2t_keras_decoder --engine=ctranslate2. Decode hparams are not baked in: the
 decoder reads them.
+
+A language model's run (a problem without inputs) exports a SavedModel whose
+`serving_default` takes prompts and returns their continuations and scores (the
+decode hparams and --random_seed baked in, as t2t_keras_decoder continues them),
+and whose `score` signature gives each text's log-probability and perplexity
+(docs/language_models.md).
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from t2t_keras.rundir.files import RunDir
 
 FLAGS = flags.FLAGS
 
-common_flags.define_experiment_flags(common_flags.TRAINED_RUN_FLAGS + ("decode_hparams",))
+common_flags.define_experiment_flags(common_flags.TRAINED_RUN_FLAGS + ("decode_hparams",
+                                                                      "random_seed"))
 
 flags.DEFINE_enum("export_format", "saved_model", ["saved_model", "ctranslate2"],
                   "saved_model: a SavedModel version for TF Serving. ctranslate2: a "
@@ -61,6 +68,14 @@ def main(argv):
   if decode_hp.return_alignments:
     raise app.UsageError("--decode_hparams=return_alignments: an export returns outputs and "
                          "scores only; t2t_keras_decoder writes alignments.")
+  language_model = common_flags.is_language_model_run()
+  if language_model and FLAGS.export_format != "saved_model":
+    raise app.UsageError(f"--export_format={FLAGS.export_format}: {FLAGS.output_dir} is a "
+                         "language model; the CTranslate2 converter maps the encoder-decoder "
+                         "Transformer: export it with --export_format=saved_model.")
+  if language_model and FLAGS.serving_beam_sizes:
+    raise app.UsageError("--serving_beam_sizes: a language model's export has one decoding, "
+                         "the decode hparams' (beam_size=K for beam search).")
   if FLAGS.export_format == "ctranslate2":
     _export_ctranslate2()
     return
@@ -74,7 +89,10 @@ def main(argv):
   file_checks.check_output_dir("export_dir", export_dir)
   run = common_flags.load_trained_run()
   print(f"Exporting with {decode_hp} ...", file=sys.stderr, flush=True)
-  target = run.export_saved_model(export_dir, decode_hp, beam_sizes=beam_sizes)
+  if language_model:  # its sampling seed baked in: the decoder's --random_seed
+    target = run.export_saved_model(export_dir, decode_hp, seed=FLAGS.random_seed or 0)
+  else:
+    target = run.export_saved_model(export_dir, decode_hp, beam_sizes=beam_sizes)
   print(f"Exported {target}", flush=True)
 
 

@@ -110,9 +110,13 @@ def main(argv):
   file_checks.check_output_dir("plot_dir" if FLAGS.plot_dir else "output_dir", plot_dir)
   if FLAGS.sentence is not None:
     try:
-      hparams, problem_name, _ = settings.load_run_files(FLAGS.output_dir)
+      hparams, problem_name, spec = settings.load_run_files(FLAGS.output_dir)
     except FileNotFoundError as e:
       raise app.UsageError(str(e)) from e
+    if not spec.has_inputs:
+      raise app.UsageError(f"--sentence: {FLAGS.output_dir} is a language model ("
+                           f"{problem_name}: no source sentence to attend to); --curves draws "
+                           "its training curves.")
     for path in _attention_pictures(hparams, problem_name, plot_dir):
       print(path, flush=True)
   if FLAGS.curves:

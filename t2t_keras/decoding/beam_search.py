@@ -39,7 +39,7 @@ Greedy and sampling decoding are in `sampling.py`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -191,10 +191,13 @@ def _force_prefix(logits, state: _BeamState, extensions, prefix: ForcedPrefix, k
   """The extensions of step `state.i`, with the forced token where a prefix goes on.
 
   Where item b is still inside its prefix (`search_utils.prefix_step`), its
-  only hypothesis (beam 0: no EOS and no second beam can arise while forcing)
-  is extended by the prefix token, scored by `prefix.scoring`, and the other
-  k - 1 candidates are placeholders at -INF, as the initial beams are.
+  only hypothesis (beam 0: nothing ends and no second beam can arise while
+  forcing) is extended by the prefix token, scored by `prefix.scoring`, and the
+  other k - 1 candidates are placeholders at -INF, as the initial beams are.
   Elsewhere the extensions are kept as they are.
+
+  Returns:
+    (the extensions, forcing `[batch]` bool: the items inside their prefix).
   """
   log_probs, beam, ids = extensions
   first = logits[:, 0, :]  # [batch, vocab]
@@ -206,7 +209,7 @@ def _force_prefix(logits, state: _BeamState, extensions, prefix: ForcedPrefix, k
   placeholders = tf.fill([batch_size, k - 1], -INF)
   forced = (tf.concat([forced_lp[:, None], placeholders], axis=1),
             tf.zeros_like(beam), tf.tile(forced_id[:, None], [1, k]))
-  return tuple(tf.where(forcing[:, None], f, e) for f, e in zip(forced, extensions))
+  return tuple(tf.where(forcing[:, None], f, e) for f, e in zip(forced, extensions)), forcing
 
 
 def _grow_topk(symbols_to_logits_fn, state: _BeamState, per_item: Any,
@@ -220,7 +223,8 @@ def _grow_topk(symbols_to_logits_fn, state: _BeamState, per_item: Any,
   Returns:
     topk_seq `[batch, 2*beam, L+1]`, topk_log_probs / topk_scores
     `[batch, 2*beam]`, topk_beam `[batch, 2*beam]` (parent alive beam),
-    topk_ids `[batch, 2*beam]`, and the fn's new state (parents' order).
+    topk_ids `[batch, 2*beam]`, forcing `[batch]` (the items that took a forced
+    token), and the fn's new state (parents' order).
   """
   beam_size, vocab_size = options.beam_size, options.vocab_size
   batch_size = tf.shape(state.alive_seq)[0]
@@ -235,8 +239,9 @@ def _grow_topk(symbols_to_logits_fn, state: _BeamState, per_item: Any,
   # (T2T divides all beam * V first: same order).
   extensions = search.compiled_extensions(
       top_log_prob_extensions, logits, state.alive_log_probs, 2 * beam_size)
+  forcing = tf.zeros([batch_size], tf.bool)
   if prefix is not None:
-    extensions = _force_prefix(logits, state, extensions, prefix, 2 * beam_size)
+    extensions, forcing = _force_prefix(logits, state, extensions, prefix, 2 * beam_size)
   topk_log_probs, topk_beam, topk_ids = extensions
   if alpha is None:
     topk_scores = topk_log_probs / length_penalty(state.i + 1, options.alpha)
@@ -244,7 +249,7 @@ def _grow_topk(symbols_to_logits_fn, state: _BeamState, per_item: Any,
     topk_scores = topk_log_probs / length_penalty(state.i + 1, alpha)[:, None]
   topk_seq = gather_beams(state.alive_seq, topk_beam)  # [batch, 2*beam, L+1]
   topk_seq = write_column(topk_seq, state.i + 1, topk_ids)
-  return topk_seq, topk_log_probs, topk_scores, topk_beam, topk_ids, new_state
+  return topk_seq, topk_log_probs, topk_scores, topk_beam, topk_ids, forcing, new_state
 
 
 def _grow_alive(topk_seq, topk_log_probs, topk_scores, topk_is_eos,
@@ -286,9 +291,11 @@ def _beam_step(symbols_to_logits_fn, state: _BeamState, per_item: Any,
   keep their state (the fn still runs on their rows, shapes being fixed).
   """
   beam_size = options.beam_size
-  (topk_seq, topk_log_probs, topk_scores, topk_beam, topk_ids,
+  (topk_seq, topk_log_probs, topk_scores, topk_beam, topk_ids, forcing,
    new_state) = _grow_topk(symbols_to_logits_fn, state, per_item, options, prefix, alpha)
-  topk_is_eos = tf.equal(topk_ids, options.eos_id)  # [batch, 2*beam]
+  # [batch, 2*beam]; a forced EOS (T2T's prepend prefix holds the inputs' EOS) ends nothing.
+  topk_is_eos = tf.logical_and(tf.equal(topk_ids, options.eos_id),
+                               tf.logical_not(forcing)[:, None])
   # Children of the -INF placeholder beams are not real hypotheses.
   topk_finished = tf.logical_and(topk_is_eos, topk_log_probs > -INF / 2)
   alive_seq, alive_log_probs, per_beam = _grow_alive(
@@ -376,9 +383,10 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
                 decode_length: IntOrTensor, options: BeamSearchOptions,
                 state: Optional[DecodingState] = None,
                 decode_lengths: Optional[tf.Tensor] = None,
-                prefix: Optional[tf.Tensor] = None,
+                prefix: Union[None, tf.Tensor, ForcedPrefix] = None,
                 alphas: Optional[tf.Tensor] = None,
-                top_beams: Optional[tf.Tensor] = None) -> SearchOutput:
+                top_beams: Optional[tf.Tensor] = None,
+                prefix_scoring: str = "model") -> SearchOutput:
   """T2T beam search: ids, scores, final state and steps run.
 
   Each batch item gets exactly the result T2T's `beam_search` gives for it
@@ -399,17 +407,23 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
       (T2T's decode_length for that item; values above `decode_length` act
       as `decode_length`). Default: `decode_length` for every item.
     prefix: optional `[batch, P]` int32, a forced target prefix per item
-      (0-padded; no EOS in it): step i < the item's prefix length takes
-      `prefix[:, i]` with the model's log-prob of it, so every hypothesis
-      starts with the prefix and its score counts the prefix's log-probs as
-      scoring the whole target would. Items with an empty prefix (and
-      `prefix=None`) search exactly as without. A decode length shorter than
-      the prefix cuts it.
+      (0-padded), or a `search_utils.ForcedPrefix` (its own lengths and
+      scoring, e.g. `seq2seq.prepend_prefix`): step i < the item's prefix
+      length takes `prefix[:, i]` with the model's log-prob of it, so every
+      hypothesis starts with the prefix and its score counts the prefix's
+      log-probs as scoring the whole target would. A forced id ends nothing
+      (a forced EOS neither). Items with an empty prefix (and `prefix=None`)
+      search exactly as without. A decode length shorter than the prefix cuts
+      it.
     alphas: optional `[batch]` float, each item's own length-penalty
       exponent (default options.alpha for every item).
     top_beams: optional `[batch]` int in 1..beam_size, each item's own
       `BeamSearchOptions.top_beams` (its stopping criterion; default
       options.top_beams for every item).
+    prefix_scoring: how the forced ids score (`search_utils.PREFIX_SCORINGS`):
+      "model" (see `prefix`), or "free": 0 each, as T2T forces a language model's
+      prompt (`partial_targets`), so that scores count the continuation only
+      (the length penalty still counts the prefix's positions, as T2T's).
 
   Returns:
     `SearchOutput(ids [batch, beam, decode_length + 1], scores [batch, beam],
@@ -425,7 +439,7 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
   if top_beams is not None:
     top_beams = tf.cast(top_beams, tf.int32)
   active = lambda s: _active_items(s, lengths, options, alphas, top_beams)
-  prefix = forced_prefix(prefix)
+  prefix = forced_prefix(prefix, prefix_scoring)
   # `per_item` never changes: captured by the loop, not carried through it.
   search = tf.while_loop(
       lambda *s: tf.reduce_any(active(_BeamState(*s))),

@@ -15,8 +15,10 @@ uncached one, and the SavedModel export (one SavedModel holding every member).
 
 Members may differ in size and hparams; they must share the vocabulary (the
 inputs are encoded once, the ids the search extends are every member's), which
-`check_same_vocabulary` enforces by name. An ensemble of one model is that
-model (`ensemble([m]) is m`): same logits, same decodes, bit for bit.
+`check_same_vocabulary` enforces by name; either all or none of them prepend
+their inputs (`prepend_mode`: the search forces the inputs first for every member).
+An ensemble of one model is that model (`ensemble([m]) is m`): same logits, same
+decodes, bit for bit.
 """
 
 from __future__ import annotations
@@ -45,6 +47,12 @@ class Ensemble:
     if len(sizes) > 1:
       raise ValueError("ensemble members need one vocabulary; their (input, target) "
                        f"vocabulary sizes are {each}.")
+    prepend = [m.hparams.prepend_mode != "none" for m in members]
+    if len(set(prepend)) > 1:
+      modes = [m.hparams.prepend_mode for m in members]
+      raise ValueError("ensemble members must all prepend their inputs (hparams.prepend_mode) "
+                       f"or none of them: their prepend_modes are {modes}; decoding forces "
+                       "the inputs and a 0 first for the ones that do.")
     self.members = members
     self.input_vocab_size, self.target_vocab_size = sizes.pop()
     self.name = "ensemble_of_" + "_".join(m.name for m in members)

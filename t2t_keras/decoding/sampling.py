@@ -65,7 +65,8 @@ def sample_with_temperature(logits: tf.Tensor, temperature: float, top_k: int = 
 def _decode_loop(symbols_to_logits_fn, initial_ids, decode_length, eos_id, state,
                  choose_fn, decode_lengths=None, prefix: Optional[ForcedPrefix] = None):
   """Shared greedy/sampling loop; `choose_fn(logits [b, V], i) -> [b]`; a row
-  inside its `prefix` takes the prefix token instead (`search_utils.prefix_step`)."""
+  inside its `prefix` takes the prefix token instead (`search_utils.prefix_step`),
+  and a forced id does not end the row, EOS included."""
   check_decode_length(decode_length)
   ids = init_id_buffer(initial_ids, decode_length)  # [batch, L+1]
   batch_size = tf.shape(ids)[0]
@@ -88,7 +89,10 @@ def _decode_loop(symbols_to_logits_fn, initial_ids, decode_length, eos_id, state
     # Count log-probs up to and including the first EOS, pad after it.
     log_prob += tf.where(active, token_log_prob, 0.0)
     next_id = tf.where(active, next_id, PAD_ID)
-    hit_eos = tf.logical_or(hit_eos, tf.equal(next_id, eos_id))
+    ends = tf.equal(next_id, eos_id)
+    if prefix is not None:  # a forced EOS (the inputs' in a prepend prefix) ends nothing
+      ends = tf.logical_and(ends, tf.logical_not(inside))
+    hit_eos = tf.logical_or(hit_eos, ends)
     return (i + 1, write_column(ids, i + 1, next_id), log_prob, hit_eos,
             new_state.per_beam, new_state.in_place)
 
@@ -106,7 +110,7 @@ def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tenso
                   decode_length: IntOrTensor, eos_id: int = EOS_ID,
                   state: Optional[DecodingState] = None,
                   decode_lengths: Optional[tf.Tensor] = None,
-                  prefix: Optional[tf.Tensor] = None,
+                  prefix: Union[None, tf.Tensor, ForcedPrefix] = None,
                   prefix_scoring: str = "model") -> SearchOutput:
   """Argmax decoding (T2T `_fast_decode` with `sampling_method="argmax"`).
 
@@ -120,8 +124,9 @@ def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tenso
     decode_lengths: optional `[batch]` int, each row's own maximum steps
       (capped at `decode_length`); a row reaching it stops without EOS, as
       T2T's greedy loop does at its decode_length.
-    prefix: optional `[batch, P]` int32 forced first ids per row (0-padded, no
-      EOS): a row takes them before choosing its own.
+    prefix: optional `[batch, P]` int32 forced first ids per row (0-padded), or
+      a `search_utils.ForcedPrefix` (its own lengths and scoring): a row takes
+      them before choosing its own; a forced id (EOS too) does not end it.
     prefix_scoring: how the forced ids score (`search_utils.PREFIX_SCORINGS`):
       "model" counts their log-probs, "free" counts 0 for them.
 
@@ -138,19 +143,20 @@ def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tenso
 
 def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
            decode_length: IntOrTensor, temperature: float = 1.0, top_k: int = -1,
-           seed: Union[int, Sequence[int]] = 0, eos_id: int = EOS_ID,
+           seed: Union[int, Sequence[int], tf.Tensor] = 0, eos_id: int = EOS_ID,
            state: Optional[DecodingState] = None,
            decode_lengths: Optional[tf.Tensor] = None,
-           prefix: Optional[tf.Tensor] = None,
+           prefix: Union[None, tf.Tensor, ForcedPrefix] = None,
            prefix_scoring: str = "model") -> SearchOutput:
   """Sampling decode (T2T `sampling_method="random"`).
 
   Args:
     temperature: T2T `sampling_temp`; 0 is argmax.
     top_k: T2T `sampling_keep_top_k`; -1 keeps every id.
-    seed: int or pair of ints; the same seed gives the same samples (step i
-      uses the seed folded with i). TF's stateless RNG gives a different
-      (equally reproducible) stream under `jit_compile=True`.
+    seed: int or pair of ints, or an int `[2]` tensor (a traced function's
+      input); the same seed gives the same samples (step i uses the seed
+      folded with i). TF's stateless RNG gives a different (equally
+      reproducible) stream under `jit_compile=True`.
     Other arguments (incl. `decode_lengths`, `prefix`, `prefix_scoring`) and the
     return value as in `greedy_search`; scores sum the untempered log-probs of
     the drawn ids.
@@ -160,11 +166,14 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_ids: tf.Tensor,
     raise ValueError(f"temperature must be a float >= 0, got {temperature!r}.")
   if not is_int(top_k) or (top_k != -1 and top_k < 1):
     raise ValueError(f"top_k must be -1 (off) or an int >= 1, got {top_k!r}.")
-  seed_pair = [seed, 0] if is_int(seed) else seed
-  if not (isinstance(seed_pair, (list, tuple)) and len(seed_pair) == 2 and
-          all(is_int(x) for x in seed_pair)):
-    raise ValueError(f"seed must be an int or a pair of ints, got {seed!r}.")
-  seed_tensor = tf.constant(seed_pair, tf.int32)
+  if isinstance(seed, tf.Tensor):
+    seed_tensor = tf.ensure_shape(tf.cast(seed, tf.int32), [2])
+  else:
+    seed_pair = [seed, 0] if is_int(seed) else seed
+    if not (isinstance(seed_pair, (list, tuple)) and len(seed_pair) == 2 and
+            all(is_int(x) for x in seed_pair)):
+      raise ValueError(f"seed must be an int or a pair of ints, got {seed!r}.")
+    seed_tensor = tf.constant(seed_pair, tf.int32)
   prefix = forced_prefix(prefix, prefix_scoring)
 
   def choose(logits, i):

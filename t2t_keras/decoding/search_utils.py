@@ -87,25 +87,35 @@ class ForcedPrefix(NamedTuple):
 
   ids: `[batch, P + 1]` int32, 0-padded; the extra PAD column lets step i
     always gather a column, also when P is 0.
-  lengths: `[batch]` int32, each row's prefix length (its non-PAD ids).
+  lengths: `[batch]` int32, each row's prefix length: its non-PAD ids, or the
+    lengths given to `forced_prefix` (then PAD ids inside them are forced too,
+    as the 0 that ends T2T's prepend-mode prefix, `seq2seq.prepend_prefix`).
   scoring: one of `PREFIX_SCORINGS`.
+
+  A forced id never ends a hypothesis, EOS included (the inputs' EOS inside a
+  prepend-mode prefix): only an id the search chooses itself does.
   """
   ids: tf.Tensor
   lengths: tf.Tensor
   scoring: str
 
 
-def forced_prefix(prefix: Optional[tf.Tensor],
-                  scoring: str = "model") -> Optional[ForcedPrefix]:
-  """`prefix` `[batch, P]` int forced first ids (0-padded, no EOS) -> `ForcedPrefix`
-  (None for None)."""
+def forced_prefix(prefix: Union[None, tf.Tensor, ForcedPrefix], scoring: str = "model",
+                  lengths: Optional[tf.Tensor] = None) -> Optional[ForcedPrefix]:
+  """`prefix` `[batch, P]` int forced first ids (0-padded) -> `ForcedPrefix`
+  (None for None; a `ForcedPrefix` is returned as it is, with its own scoring).
+
+  lengths: optional `[batch]` int, each row's prefix length (default: its
+    non-PAD ids); ids past it are not forced.
+  """
   if scoring not in PREFIX_SCORINGS:
     raise ValueError(f"prefix scoring must be one of {PREFIX_SCORINGS}, got {scoring!r}.")
-  if prefix is None:
-    return None
+  if prefix is None or isinstance(prefix, ForcedPrefix):
+    return prefix
   ids = tf.pad(tf.cast(prefix, tf.int32), [[0, 0], [0, 1]])
-  lengths = tf.reduce_sum(tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), 1)
-  return ForcedPrefix(ids, lengths, scoring)
+  if lengths is None:
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), 1)
+  return ForcedPrefix(ids, tf.cast(lengths, tf.int32), scoring)
 
 
 def prefix_step(prefix: ForcedPrefix, i: tf.Tensor,

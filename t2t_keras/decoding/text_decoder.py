@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from data_gen import tokenizer
 from data_gen.text_encoder import EOS_ID, PAD_ID
-from t2t_keras import hparams_checks
+from t2t_keras import errors, hparams_checks
 from t2t_keras.decoding import alignments, ensemble, inference_choices, seq2seq
 from t2t_keras.decoding.text_rules import clean_output, input_cap
 from t2t_keras.hparams import DecodeHParams
@@ -262,6 +262,16 @@ class TextDecoder(LineDecoder):
                                    with_prefix=with_prefix)
       self._decode_fns[key], self._inference = fn, fn.decoded_model
     return self._decode_fns[key]
+
+  def decode_lines(self, lines: Sequence[str], progress_every_secs: float = 10.0,
+                   prefixes: Optional[Sequence[str]] = None) -> List[str]:
+    """`LineDecoder.decode_lines`; a prepend-mode run (its inputs and a 0 forced first,
+    `seq2seq.prepend_prefix`) refuses target prefixes (errors.ConfigError, a ValueError)."""
+    if prefixes is not None and seq2seq.prepends_inputs(self.model) and any(
+        p.strip() for p in prefixes):
+      raise errors.ConfigError(seq2seq.PREPEND_PREFIX_ERROR.format(
+          mode=self.model.hparams.prepend_mode))
+    return super().decode_lines(lines, progress_every_secs, prefixes)
 
   def _start(self, count: int) -> None:
     self._jit = self.jit_compile

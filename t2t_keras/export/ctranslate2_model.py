@@ -68,6 +68,10 @@ def _norm_layout(hp: HParams) -> str:
 def check_convertible(hp: HParams) -> None:
   """Raises NotConvertibleError naming the first hparam CTranslate2 cannot hold."""
   _norm_layout(hp)
+  if hp.prepend_mode != "none":
+    raise NotConvertibleError(
+        f"prepend_mode={hp.prepend_mode!r}: the run decodes after its inputs and a 0 forced "
+        "first, scored 0 (T2T's partial_targets), which CTranslate2 does not do.")
   if hp.key_channels != hp.value_channels:
     raise NotConvertibleError(
         f"attention_key_channels={hp.key_channels} != attention_value_channels="

@@ -112,7 +112,7 @@ def _mask_empty(ids: tf.Tensor, scores: tf.Tensor, empty: tf.Tensor):
   return ids, scores
 
 
-def _ids_to_text(encoder: GraphSubwordEncoder, ids: tf.Tensor) -> tf.Tensor:
+def ids_to_text(encoder: GraphSubwordEncoder, ids: tf.Tensor) -> tf.Tensor:
   """int32 `[batch, length]` -> tf.string `[batch]`, cut at EOS, PAD dropped.
 
   As `TextDecoder` (`decoding.strip_ids`): every PAD a model emits is dropped,
@@ -122,7 +122,7 @@ def _ids_to_text(encoder: GraphSubwordEncoder, ids: tf.Tensor) -> tf.Tensor:
   return tf.strings.regex_replace(text, _BREAKS_PATTERN, " ")  # = text_rules.clean_output
 
 
-def _as_batch(values: tf.Tensor, name: str) -> tf.Tensor:
+def as_batch(values: tf.Tensor, name: str) -> tf.Tensor:
   """A `[batch]` vector, or InvalidArgumentError naming the signature input."""
   check = tf.debugging.assert_rank(
       values, 1, message=f"signature input {name} must be a [batch] vector of strings "
@@ -170,7 +170,7 @@ class ServingModule(tf.Module):
         self._decode, input_signature=[tf.TensorSpec([None, None], tf.int32),
                                        tf.TensorSpec([None], tf.bool)])
     # Unknown rank, so a server that does not check shapes still reaches the
-    # rank check of `_as_batch` (a clear error, not a shape clash deep inside).
+    # rank check of `as_batch` (a clear error, not a shape clash deep inside).
     self.serve_text = tf.function(
         self._serve_text, input_signature=[tf.TensorSpec(None, tf.string, name="inputs")])
     self.serve_examples = tf.function(
@@ -199,7 +199,7 @@ class ServingModule(tf.Module):
   def _encode_text(self, inputs: tf.Tensor):
     """tf.string `[batch]` -> (valid UTF-8 `[batch]`, no tokens `[batch]`, pieces
     ragged `[batch, (n)]`)."""
-    inputs = _as_batch(inputs, TEXT_INPUT_KEY)
+    inputs = as_batch(inputs, TEXT_INPUT_KEY)
     valid = is_valid_utf8(inputs)
     inputs = self.input_encoder.normalize_input(tf.where(valid, inputs, ""))
     empty = tf.equal(inputs, "")
@@ -220,10 +220,10 @@ class ServingModule(tf.Module):
     ids, scores = self.decode_padded(_truncate_and_add_eos(pieces, self.cap), empty)
     if self.decode_hp.return_beams:
       shape = tf.shape(ids)
-      text = _ids_to_text(self.target_encoder, tf.reshape(ids, [-1, shape[2]]))
+      text = ids_to_text(self.target_encoder, tf.reshape(ids, [-1, shape[2]]))
       text = tf.reshape(text, shape[:2])
     else:
-      text = _ids_to_text(self.target_encoder, ids)
+      text = ids_to_text(self.target_encoder, ids)
     text = tf.where(_expand_like(empty, text), "", text)
     return {"outputs": text, "scores": scores, "errors": self._row_errors(valid, pieces)}
 
@@ -287,7 +287,7 @@ class ServingModule(tf.Module):
       ids, scores = decode(_truncate_and_add_eos(pieces, self.cap), empty, alpha,
                            tf.minimum(extra_length, most), n_best)
     shape = tf.shape(ids)
-    text = tf.reshape(_ids_to_text(self.target_encoder, tf.reshape(ids, [-1, shape[2]])),
+    text = tf.reshape(ids_to_text(self.target_encoder, tf.reshape(ids, [-1, shape[2]])),
                       shape[:2])
     absent = tf.logical_or(empty[:, None], tf.range(beam_size)[None, :] >= n_best[:, None])
     errors = self._row_errors(valid, pieces)
@@ -299,7 +299,7 @@ class ServingModule(tf.Module):
 
   def _serve_examples(self, serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
     """serialized Examples `[batch]` -> {"outputs": int32 ids, "scores": float32}."""
-    serialized = _as_batch(serialized, EXAMPLE_INPUT_KEY)
+    serialized = as_batch(serialized, EXAMPLE_INPUT_KEY)
     parsed = tf.io.parse_example(serialized, {"inputs": tf.io.VarLenFeature(tf.int64)})
     ids = tf.RaggedTensor.from_sparse(parsed["inputs"])
     ids = tf.ragged.boolean_mask(ids, tf.not_equal(ids, PAD_ID))
@@ -336,6 +336,22 @@ def _drop_trailing_eos(ids: tf.RaggedTensor) -> tf.RaggedTensor:
 
 # -- Versioned export -----------------------------------------------------------
 
+def check_export_dir(export_dir: str) -> None:
+  """Refuses a SavedModel base path that is a file or names a version itself.
+
+  Raises:
+    ValueError: with the exporter's one-line message.
+  """
+  if os.path.exists(export_dir) and not os.path.isdir(export_dir):
+    raise ValueError(f"--export_dir={export_dir} is a file, not a directory.")
+  base, last = os.path.split(os.path.normpath(export_dir))
+  if last.isdigit():  # TF Serving would take a numbered directory for a version
+    raise ValueError(
+        f"--export_dir={export_dir} ends in a version number, but it is the model base path "
+        f"(tensorflow_model_server's --model_base_path): each export adds a new version "
+        f"<export_dir>/<N>. Give --export_dir={base or '.'} to write its next version.")
+
+
 def existing_versions(export_dir: str) -> List[int]:
   """Integer version subdirectories of `export_dir`, sorted."""
   if not os.path.isdir(export_dir):
@@ -343,23 +359,26 @@ def existing_versions(export_dir: str) -> List[int]:
   return sorted(int(n) for n in os.listdir(export_dir) if re.fullmatch(r"[0-9]+", n))
 
 
+def predict_log(signature: str, key: str, values: Sequence[bytes]):
+  """A warm-up record: the PredictionLog of one PredictRequest of tf.string `values`
+  `[batch]` as input `key` of `signature`."""
+  request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(
+      signature_name=signature))
+  request.inputs[key].CopyFrom(tf.make_tensor_proto(list(values), dtype=tf.string))
+  return prediction_log_pb2.PredictionLog(
+      predict_log=prediction_log_pb2.PredictLog(request=request))
+
+
 def _warmup_requests(module: ServingModule, encoders: Dict) -> List:
   """PredictionLogs with one PredictRequest per signature (real sentences; the
   `beam_<K>` ones with their default settings)."""
-  logs = []
   sentences = list(WARMUP_SENTENCES)
   texts = [s.encode("utf-8") for s in sentences]
   examples = [make_example(encoders["inputs"].encode(s) + [EOS_ID]) for s in sentences]
   requests = [(TEXT_SIGNATURE, TEXT_INPUT_KEY, texts),
               (EXAMPLE_SIGNATURE, EXAMPLE_INPUT_KEY, examples)]
   requests += [(name, TEXT_INPUT_KEY, texts) for name in module.serve_settings]
-  for signature, key, values in requests:
-    request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(
-        signature_name=signature))
-    request.inputs[key].CopyFrom(tf.make_tensor_proto(values, dtype=tf.string))
-    logs.append(prediction_log_pb2.PredictionLog(
-        predict_log=prediction_log_pb2.PredictLog(request=request)))
-  return logs
+  return [predict_log(signature, key, values) for signature, key, values in requests]
 
 
 def remove_stale_exports(export_dir: str, max_age_secs: float = STALE_EXPORT_SECONDS) -> List[str]:
@@ -426,7 +445,19 @@ def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHP
     for name, function in module.serve_settings.items():
       function.get_concrete_function()
       signatures[name] = function  # the function, so its defaults are saved
+  return write_version(export_dir, module, signatures, _warmup_requests(module, encoders))
 
+
+def write_version(export_dir: str, module: tf.Module, signatures: Dict,
+                  warmup_logs: Sequence) -> str:
+  """Saves `module` with `signatures` (traced in `perf.portable_graph()`) and the
+  warm-up records `warmup_logs` (`predict_log`) as the next version `<export_dir>/<N>/`,
+  written whole (a temporary directory, then renamed); returns its path.
+
+  Raises:
+    errors.StorageError: the disk (or a quota or file size limit) filled up; the
+      partial export is removed and no version appears.
+  """
   def next_version() -> str:  # never overwrite a version, even with a concurrent exporter
     return os.path.join(export_dir, str((existing_versions(export_dir) or [0])[-1] + 1))
 
@@ -437,7 +468,7 @@ def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHP
       extra = os.path.join(write.tmp, "assets.extra")
       os.makedirs(extra, exist_ok=True)
       with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILENAME)) as writer:
-        for log in _warmup_requests(module, encoders):
+        for log in warmup_logs:
           writer.write(log.SerializeToString())
       file_io.make_tree_readable(write.tmp)
   except (OSError, tf.errors.OpError) as e:

@@ -52,6 +52,21 @@ def attention_bias_lower_triangle(length) -> tf.Tensor:
   return (large_compatible_negative(tf.float32) * (1.0 - band))[None, None]
 
 
+def attention_bias_same_segment(query_segment: tf.Tensor, memory_segment: tf.Tensor) -> tf.Tensor:
+  """Bias keeping packed examples apart (T2T's `attention_bias_same_segment`).
+
+  A query sees only the keys of its own segment (packed padding, segment 0,
+  sees padding only, so that no softmax row is empty).
+
+  Args:
+    query_segment: int `[batch, length_q]`; memory_segment: int `[batch, length_m]`.
+  Returns:
+    float32 `[batch, 1, length_q, length_m]`: -1e9 between different segments, 0 within one.
+  """
+  other = tf.not_equal(query_segment[:, :, None], memory_segment[:, None, :])
+  return (tf.cast(other, tf.float32) * large_compatible_negative(tf.float32))[:, None]
+
+
 def attention_bias_prepend_inputs_full_attention(padding: tf.Tensor) -> tf.Tensor:
   """T2T's self-attention bias of prepend_mode="prepend_inputs_full_attention".
 

@@ -20,31 +20,46 @@ from t2t_keras.perf.tied_logits import tied_logits_matmul
 def get_timing_signal_1d(length, channels: int, min_timescale: float = 1.0,
                          max_timescale: float = 1.0e4, start_index=0,
                          layout: str = "concat") -> tf.Tensor:
-  """Sinusoid position signal, `[1, length, channels]` float32.
+  """Sinusoid position signal of positions start_index.., `[1, length, channels]` float32.
 
   layout="concat" is T2T's `get_timing_signal_1d`: `[sin | cos]` halves with
   inverse timescales `min * (max/min)^(-i / (channels/2 - 1))`.
   layout="interleaved" is the paper's (§3.5): `PE[pos, 2i] = sin(pos / 10000^(2i/d))`,
   `PE[pos, 2i+1] = cos(pos / 10000^(2i/d))` (min_timescale scales positions as in T2T).
   """
-  position = tf.cast(tf.range(length) + start_index, tf.float32)
+  return timing_signal_given_position(tf.range(length)[None] + start_index, channels,
+                                      min_timescale, max_timescale, layout)
+
+
+def timing_signal_given_position(position, channels: int, min_timescale: float = 1.0,
+                                 max_timescale: float = 1.0e4,
+                                 layout: str = "concat") -> tf.Tensor:
+  """The sinusoid signal of given positions (T2T's `add_timing_signal_1d_given_position`).
+
+  Args:
+    position: int `[batch, length]`, e.g. packed examples' positions, restarting
+      at 0 in each example.
+    channels, min_timescale, max_timescale, layout: as `get_timing_signal_1d`.
+  Returns:
+    float32 `[batch, length, channels]`.
+  """
+  position = tf.cast(position, tf.float32)
   num_timescales = channels // 2
   if layout == "concat":
     log_increment = math.log(max_timescale / min_timescale) / max(num_timescales - 1, 1)
     inv_timescales = min_timescale * tf.exp(
         tf.range(num_timescales, dtype=tf.float32) * -log_increment)
-    scaled = position[:, None] * inv_timescales[None, :]
-    signal = tf.concat([tf.sin(scaled), tf.cos(scaled)], axis=1)
+    scaled = position[..., None] * inv_timescales
+    signal = tf.concat([tf.sin(scaled), tf.cos(scaled)], axis=-1)
   elif layout == "interleaved":
     exponents = tf.range(num_timescales, dtype=tf.float32) * 2.0 / channels
     inv_timescales = min_timescale * tf.pow(max_timescale / min_timescale, -exponents)
-    scaled = position[:, None] * inv_timescales[None, :]
+    scaled = position[..., None] * inv_timescales
     signal = tf.reshape(tf.stack([tf.sin(scaled), tf.cos(scaled)], axis=-1),
-                        [-1, 2 * num_timescales])
+                        tf.concat([tf.shape(position), [2 * num_timescales]], 0))
   else:
     raise ValueError(f"layout must be 'concat' or 'interleaved', got {layout!r}.")
-  signal = tf.pad(signal, [[0, 0], [0, channels % 2]])
-  return signal[None]
+  return tf.pad(signal, [[0, 0], [0, 0], [0, channels % 2]])
 
 
 @keras.saving.register_keras_serializable(package="t2t_keras")
@@ -61,6 +76,9 @@ class PositionEmbedding(keras.layers.Layer):
   Call arguments:
     x: `[batch, length, depth]`.
     start_index: scalar position of `x[:, 0]` (incremental decoding).
+    position: optional int `[batch, length]`, the position of each token (packed
+      examples: T2T's "inputs_position" / "targets_position"); replaces
+      start_index.
 
   Returns:
     `[batch, length, depth]`.
@@ -83,27 +101,27 @@ class PositionEmbedding(keras.layers.Layer):
           name="pos_emb", shape=(self.max_length, self.depth),
           initializer=keras.initializers.RandomNormal(0.0, self.depth ** -0.5))
 
-  def call(self, x, start_index=0):
+  def call(self, x, start_index=0, position=None):
     if self.pos == "none":
       return x
-    length = tf.shape(x)[1]
+    if position is None:
+      position = tf.range(tf.shape(x)[1])[None] + tf.cast(start_index, tf.int32)
     if self.pos == "emb":
-      signal = self._learned_signal(start_index, length)
+      signal = self._learned_signal(position)
     else:
       layout = "concat" if self.pos == "timing" else "interleaved"
-      signal = get_timing_signal_1d(length, self.depth, self.min_timescale,
-                                    self.max_timescale, start_index, layout)
+      signal = timing_signal_given_position(position, self.depth, self.min_timescale,
+                                            self.max_timescale, layout)
     return x + tf.cast(signal, x.dtype)
 
-  def _learned_signal(self, start_index, length):
-    """`[1, length, depth]` rows start_index.. of the table; zero past its max_length
-    rows (T2T's `add_positional_embedding` pads the table), so that any input or
-    output length decodes, as with sinusoids."""
-    positions = tf.range(length) + tf.cast(start_index, tf.int32)
+  def _learned_signal(self, position):
+    """`[1 or batch, length, depth]`: the table's rows at `position`; zero past its
+    max_length rows (T2T's `add_positional_embedding` pads the table), so that any
+    input or output length decodes, as with sinusoids."""
+    position = tf.cast(position, tf.int32)
     rows = tf.gather(tf.convert_to_tensor(self.embedding),
-                     tf.minimum(positions, self.max_length - 1))
-    inside = tf.cast(positions < self.max_length, rows.dtype)[:, None]
-    return (rows * inside)[None]
+                     tf.minimum(position, self.max_length - 1))
+    return rows * tf.cast(position < self.max_length, rows.dtype)[..., None]
 
   def get_config(self):
     config = super().get_config()

@@ -19,6 +19,14 @@ Batches are dicts {"inputs": int64 [batch, length], "targets": int64 [batch, len
 0-padded to the longest example of the batch, as T2T (a language model's "inputs"
 are `[batch, 0]`). With `prepend_mode` the targets are T2T's [inputs, 0, targets].
 
+Packed (T2T's `pack_dataset`: `hparams.pack_dataset`, rows of `max_length`
+tokens, or a problem's `packed_length`), the training examples kept are packed
+several to a row after the shuffle (`pack_dataset`), with T2T's "<key>_segmentation"
+(which example of the row, 1, 2, ...; 0 is padding) and "<key>_position"
+(position within its example) features, and batched `batch_size // length` rows
+at a time. The models keep the examples of a row apart (attention within a
+segment only, positions restarting), so each example is computed as alone.
+
 With `pad_to_bucket=True` both are padded further, to their bucket's upper
 length (`bucket_padded_length`), so the batch shapes are at most one per bucket.
 A train step holding XLA compiles once per shape (per device), so the trainer
@@ -354,11 +362,132 @@ def _read_records(files: List[str], training: bool, shuffle: bool, repeat: bool,
   return ds
 
 
+# -- Packing (T2T's pack_dataset) -------------------------------------------------
+
+PACK_KEYS = ("inputs", "targets")
+# Open rows an example may join (T2T's `queue_size` of pack_examples and pack_dataset).
+PACK_QUEUE_SIZE = 10
+
+
+def packed_row_length(hparams, mode: str, packed_length: Optional[int] = None) -> Optional[int]:
+  """The tokens per packed row of `mode`'s batches, or None when they are not packed.
+
+  A problem's `packed_length` when given, else `max_length` (0: batch_size) with
+  `hparams.pack_dataset`, as T2T's `pack_dataset(dataset, hparams.max_length)`.
+  Training only: evaluation reads its examples one per row, so that its metrics
+  are an unpacked run's (T2T packed them too, and counted rows as sequences in
+  its per-sequence accuracy; the per-token metrics are the same either way).
+  """
+  if mode not in _MODES:
+    raise ValueError("mode must be one of %s, got %r" % (sorted(_MODES), mode))
+  if _MODES[mode] != TRAIN:
+    return None
+  length = None
+  if packed_length is not None:
+    if not isinstance(packed_length, int) or packed_length < 1:
+      raise ValueError("packed_length must be an int >= 1, got %r" % (packed_length,))
+    length = packed_length
+  elif getattr(hparams, "pack_dataset", False):
+    length = int(hparams.max_length or hparams.batch_size)
+  if length and getattr(hparams, "prepend_mode", "none") != "none":
+    raise ValueError("packed examples (hparams.pack_dataset or a problem's packed_length) "
+                     "with hparams.prepend_mode=%r are not implemented; use prepend_mode=none."
+                     % (hparams.prepend_mode,))
+  return length
+
+
+def packed_features(keys=PACK_KEYS) -> Tuple[str, ...]:
+  """The features T2T adds to each packed key: `<key>_segmentation`, `<key>_position`."""
+  return tuple(f"{k}_{suffix}" for k in keys for suffix in ("segmentation", "position"))
+
+
+def pack_dataset(dataset: tf.data.Dataset, length: int, keys=PACK_KEYS,
+                 queue_size: int = PACK_QUEUE_SIZE) -> tf.data.Dataset:
+  """T2T's `pack_dataset`: several examples per row of at most `length` tokens.
+
+  Each example (its `keys`' sequences, each cut to `length` tokens) joins the
+  first of the open rows, oldest first, in which every one of its sequences
+  still fits; when none has room and `queue_size` rows are open, the oldest
+  row is emitted, and the example opens a new row. At the end of the data the
+  open rows are emitted, oldest first. (T2T's `pack_examples` and
+  `SequenceDatasetPacker`, with spacing 0; one stream, not T2T's windows of it.)
+
+  An example's sequences get the same segment id in their rows: 1, 2, ... in
+  the order the examples joined it, so that the inputs and targets of one
+  translation pair carry one id.
+
+  Args:
+    dataset: examples {key: int [n_key]} (at least the `keys`; others are dropped).
+    length: tokens per row (T2T's `packed_length`, or `max_length` with
+      hparams.pack_dataset).
+    keys: the sequences packed together.
+    queue_size: rows open at once.
+
+  Returns:
+    Rows {key: int64 [n], key + "_segmentation": int32 [n] (the example's id in
+    the row, 1, 2, ...), key + "_position": int32 [n] (the token's position in
+    its example, from 0)}, n <= length the row's tokens of that key (an empty
+    key, a language model's inputs, stays empty). `padded_batch` pads all three
+    with 0, T2T's segment of padding.
+  """
+  if length < 1 or queue_size < 1:
+    raise ValueError(f"length and queue_size must be >= 1, got {length} and {queue_size}")
+  keys = tuple(keys)
+  rows = (queue_size, len(keys), length)
+
+  def example(ex):
+    return tf.constant(False), tuple(tf.cast(ex[k][:length], tf.int64) for k in keys)
+
+  # The end of the data: queue_size elements that fit nowhere flush the open rows.
+  flush = tf.data.Dataset.from_tensors(
+      (tf.constant(True), tuple(tf.zeros([0], tf.int64) for _ in keys))).repeat(queue_size)
+  state = (tf.zeros(rows[:2], tf.int32), tf.zeros(rows[:1], tf.int32),
+           tf.zeros(rows, tf.int64), tf.zeros(rows, tf.int32), tf.zeros(rows, tf.int32))
+
+  def step(state, element):
+    fill, count, tokens, segment, position = state  # fill [queue, keys], count [queue]
+    is_flush, sequences = element
+    lengths = tf.stack([tf.shape(s)[0] for s in sequences])
+    fits = tf.logical_and(tf.reduce_all(fill + lengths[None] <= length, axis=1),
+                          tf.logical_not(is_flush))
+    placed = tf.reduce_any(fits)
+    # Nothing fits: the oldest row goes out and a new row opens at the queue's end.
+    emit = tf.logical_and(tf.logical_not(placed), count[0] > 0)
+    out = (emit, fill[0], tokens[0], segment[0], position[0])
+    fill, count, tokens, segment, position = tf.cond(
+        placed, lambda: state,
+        lambda: tuple(tf.concat([x[1:], tf.zeros_like(x[:1])], 0) for x in state))
+    row = tf.where(placed, tf.argmax(tf.cast(fits, tf.int32), output_type=tf.int32),
+                   queue_size - 1)
+    for k, sequence in enumerate(sequences):
+      n = lengths[k]
+      where = tf.stack([tf.fill([n], row), tf.fill([n], k), fill[row, k] + tf.range(n)], 1)
+      tokens = tf.tensor_scatter_nd_update(tokens, where, sequence)
+      segment = tf.tensor_scatter_nd_update(segment, where, tf.fill([n], count[row] + 1))
+      position = tf.tensor_scatter_nd_update(position, where, tf.range(n))
+    joined = tf.one_hot(row, queue_size, dtype=tf.int32) * tf.cast(
+        tf.logical_not(is_flush), tf.int32)
+    return (fill + joined[:, None] * lengths[None], count + joined, tokens, segment,
+            position), out
+
+  def row_features(_, fill, tokens, segment, position):
+    features = {}
+    for k, key in enumerate(keys):
+      features[key] = tokens[k, :fill[k]]
+      features[key + "_segmentation"] = segment[k, :fill[k]]
+      features[key + "_position"] = position[k, :fill[k]]
+    return features
+
+  packed = dataset.map(example).concatenate(flush).scan(state, step)
+  return packed.filter(lambda emit, *_: emit).map(row_features)
+
+
 def make_dataset(filepattern: str, hparams, mode: str, *, batch_size_multiplier: int = 1,
                  seed: Optional[int] = None, deterministic: bool = False,
                  repeat: Optional[bool] = None, shuffle: Optional[bool] = None,
                  drop_counter: Optional[tf.Variable] = None, num_shards: int = 1,
-                 shard_index: int = 0, pad_to_bucket: bool = False) -> tf.data.Dataset:
+                 shard_index: int = 0, pad_to_bucket: bool = False,
+                 packed_length: Optional[int] = None) -> tf.data.Dataset:
   """Batched T2T examples from TFRecord files matching `filepattern`.
 
   With num_shards > 1 (one input pipeline per worker) the dataset holds only
@@ -385,9 +514,15 @@ def make_dataset(filepattern: str, hparams, mode: str, *, batch_size_multiplier:
     pad_to_bucket: pad each batch to its bucket's upper length
       (`bucket_padded_length`), not only to its longest example: at most one
       shape per bucket, for steps that XLA compiles per shape.
+    packed_length: in training, pack the examples into rows of this many
+      tokens (a problem's `packed_length`); None: rows of `max_length` when
+      `hparams.pack_dataset`, else no packing (see `packed_row_length`).
 
   Returns:
-    tf.data.Dataset of {"inputs": int64 [batch, length], "targets": int64 [batch, length]}.
+    tf.data.Dataset of {"inputs": int64 [batch, length], "targets": int64 [batch, length]};
+    packed (training), also int32 [batch, length] "inputs_segmentation", "inputs_position",
+    "targets_segmentation" and "targets_position" (`pack_dataset`), in batches of
+    `batch_size // row length` rows (T2T's number of packed rows on TPUs).
   """
   if mode not in _MODES:
     raise ValueError("mode must be one of %s, got %r" % (sorted(_MODES), mode))
@@ -412,7 +547,13 @@ def make_dataset(filepattern: str, hparams, mode: str, *, batch_size_multiplier:
   ds = ds.map(lambda ex: {k: tf.identity(v) for k, v in ex.items()},
               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   pad = tf.constant(PAD_ID, tf.int64)
-  if getattr(hparams, "use_fixed_batch_size", False):
+  row_length = packed_row_length(hparams, mode, packed_length)
+  if row_length:
+    # Rows of one length need no buckets; padding (0) is segment 0 and position 0.
+    rows = hparams.batch_size if getattr(hparams, "use_fixed_batch_size", False) else max(
+        1, hparams.batch_size // row_length)
+    ds = pack_dataset(ds, row_length).padded_batch(rows * batch_size_multiplier)
+  elif getattr(hparams, "use_fixed_batch_size", False):
     # T2T: batch_size then counts examples per replica, no bucketing.
     ds = ds.padded_batch(hparams.batch_size * batch_size_multiplier, padding_values=pad)
   else:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Union
 
 import keras
 import tensorflow as tf
@@ -29,9 +29,10 @@ from t2t_keras.hparams import create_decode_hparams
 from t2t_keras.perf import precision
 from t2t_keras.rundir import lock, settings as settings_lib
 from t2t_keras.scoring import bleu
+from t2t_keras.lm_run import LanguageModelRun
 from t2t_keras.trained_run import TrainedRun
-from t2t_keras.training import (TRAINING_SCHEDULES, bleu_hook, optimization, schedules,
-                                trainer as trainer_lib)
+from t2t_keras.training import (TRAINING_SCHEDULES, bleu_hook, inputs as inputs_lib,
+                                optimization, schedules, trainer as trainer_lib)
 
 
 def train(problem: Optional[str] = None, hparams_set: Optional[str] = None,
@@ -49,7 +50,7 @@ def train(problem: Optional[str] = None, hparams_set: Optional[str] = None,
           t2t_usr_dir: Optional[str] = None, stop_signals=None,
           after_first_step: Optional[Callable[[], None]] = None,
           log: Callable[[str], None] = lambda line: print(line, flush=True),
-          summary: Optional[Dict] = None) -> Optional[TrainedRun]:
+          summary: Optional[Dict] = None) -> Union[TrainedRun, LanguageModelRun, None]:
   """Trains (or resumes) the run `output_dir`; returns it opened (`open_run`).
 
   Args:
@@ -70,8 +71,9 @@ def train(problem: Optional[str] = None, hparams_set: Optional[str] = None,
     summary: a dict that receives the schedule's summary (`stop_reason`, `step`, the
       last losses), for the trainer command, which exits by the stop reason.
   Returns:
-    the `TrainedRun` of `output_dir` (None for the evaluation-only schedules and on
-    non-chief workers, which write no checkpoint of their own).
+    the `TrainedRun` of `output_dir` (a `LanguageModelRun` for a problem without
+    inputs; None for the evaluation-only schedules and on non-chief workers, which
+    write no checkpoint of their own).
   Raises:
     errors.ConfigError (a ValueError): a bad setting, missing data, or an
       `output_dir` holding another run; nothing has been written.
@@ -121,6 +123,8 @@ def train(problem: Optional[str] = None, hparams_set: Optional[str] = None,
     vocab = settings_lib.check_vocab(output_dir, data_dir, log, prob, resuming=True)
     has_inputs = getattr(prob, "has_inputs", True)
     _check_language_model(prob.name, has_inputs, hp, bool(eval_bleu or decode_from_file))
+    # A *_packed problem's rows: refuses what packing does not implement (prepend_mode).
+    inputs_lib.packed_row_length(hp, "train", getattr(prob, "packed_length", None))
     bleu_files = _bleu_files(prob, data_dir, eval_bleu, decode_from_file, decode_reference)
   except ValueError as e:
     raise errors.ConfigError(str(e)) from None
@@ -157,12 +161,16 @@ def train(problem: Optional[str] = None, hparams_set: Optional[str] = None,
     run = schedules.Experiment(trainer, config, prob.filepattern(data_dir, "train"),
                                 eval_pattern, log=log, eval_hook=eval_hook,
                                 stop_signals=stop_signals,
-                                after_first_step=after_first_step)
+                                after_first_step=after_first_step,
+                                packed_length=getattr(prob, "packed_length", None))
     result = run.run(schedule)
   if summary is not None:
     summary.update(result, step=trainer.step)
   if schedule not in TRAINING_SCHEDULES or not chief:
     return None
+  if not has_inputs:  # a language model's run: it samples and scores text
+    return LanguageModelRun(output_dir, data_dir, prob, trainer.model,
+                            tf.train.latest_checkpoint(output_dir), log)
   return TrainedRun(output_dir, data_dir, prob, trainer.model,
                     tf.train.latest_checkpoint(output_dir), log)
 

@@ -97,6 +97,9 @@ class Experiment:
       the process set-up's `keep_freed_memory` (it must follow tf.data's own
       malloc setting, made by the first of those kernels); the library holds no
       process set-up of its own.
+    packed_length: the problem's `packed_length` (its `*_packed` twin): batches of
+      rows packing several examples each (`inputs.make_dataset`); None: as
+      `hparams.pack_dataset` says.
   """
 
   _last_finite: Optional[str] = None  # the newest checkpoint restored or saved (all finite)
@@ -105,8 +108,10 @@ class Experiment:
                eval_pattern: Optional[str], log: Callable[[str], None] = print,
                eval_hook: Optional[Callable[[int], Dict[str, float]]] = None,
                stop_signals=None, clock: Callable[[], float] = time.monotonic,
-               after_first_step: Optional[Callable[[], None]] = None):
+               after_first_step: Optional[Callable[[], None]] = None,
+               packed_length: Optional[int] = None):
     self.trainer = trainer
+    self.packed_length = packed_length
     self.config = config
     self.train_pattern = train_pattern
     self.eval_pattern = eval_pattern
@@ -261,7 +266,7 @@ class Experiment:
     def dataset_fn(ctx: tf.distribute.InputContext):
       return worker_dataset(pattern, hp, mode, ctx, seed,
                             drop_counter=self.dropped if mode == "train" else None,
-                            pad_to_bucket=pad_to_bucket)
+                            pad_to_bucket=pad_to_bucket, packed_length=self.packed_length)
 
     return self.trainer.strategy.distribute_datasets_from_function(dataset_fn)
 
@@ -419,7 +424,8 @@ class Experiment:
 
 def worker_dataset(pattern: str, hparams, mode: str, ctx: tf.distribute.InputContext,
                    seed: Optional[int], drop_counter: Optional[tf.Variable] = None,
-                   repeat: Optional[bool] = None, pad_to_bucket: bool = False) -> tf.data.Dataset:
+                   repeat: Optional[bool] = None, pad_to_bucket: bool = False,
+                   packed_length: Optional[int] = None) -> tf.data.Dataset:
   """The batches of input pipeline `ctx.input_pipeline_id` (one per worker).
 
   Each pipeline reads its own part of the records, split before any shuffle
@@ -427,14 +433,15 @@ def worker_dataset(pattern: str, hparams, mode: str, ctx: tf.distribute.InputCon
   that with or without a seed the workers' epochs are disjoint and together hold
   every example once; evaluation thus sees each example once over all workers.
   `repeat` overrides make_dataset's default (tests read one epoch);
-  `pad_to_bucket` is make_dataset's (for steps that compile per shape).
+  `pad_to_bucket` is make_dataset's (for steps that compile per shape), and so is
+  `packed_length` (a problem's rows of packed examples).
   """
   return inputs_lib.make_dataset(pattern, hparams, mode, seed=seed,
                                  deterministic=seed is not None, repeat=repeat,
                                  drop_counter=drop_counter,
                                  num_shards=ctx.num_input_pipelines,
                                  shard_index=ctx.input_pipeline_id,
-                                 pad_to_bucket=pad_to_bucket)
+                                 pad_to_bucket=pad_to_bucket, packed_length=packed_length)
 
 
 def is_chief(strategy) -> bool:

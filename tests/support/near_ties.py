@@ -35,19 +35,21 @@ from tests.support import t2t_numpy_decoding as t2t
 
 def reference_margin(logits_fn: t2t.LogitsFn, beam_size: int, alpha: float,
                      decode_length: int, vocab_size: int, stop_early: bool = True,
-                     prefix: Sequence[int] = ()) -> float:
+                     prefix: Sequence[int] = (), partial_targets: Sequence[int] = ()) -> float:
   """The smallest choice margin of T2T's search for one sentence on `logits_fn`.
 
   beam_size 1 is greedy decoding (the decoders' beam_size=1), else T2T's beam
-  search with `stop_early` (T2T: top_beams == 1); `prefix` forced first ids.
-  inf when there was no choice.
+  search with `stop_early` (T2T: top_beams == 1); `prefix` forced first ids;
+  `partial_targets` T2T's prepend-mode prefix, its forced EOS ending nothing (as
+  t2t_keras decodes it; decode_length counts it). inf when there was no choice.
   """
   margins = []
+  forced = dict(prefix=prefix, partial_targets=partial_targets, forced_eos_ends=False)
   if beam_size == 1:
-    t2t.t2t_greedy(logits_fn, decode_length, margins=margins, prefix=prefix)
+    t2t.t2t_greedy(logits_fn, decode_length, margins=margins, **forced)
   else:
     t2t.t2t_beam_search(logits_fn, beam_size, alpha, decode_length, vocab_size,
-                        stop_early=stop_early, margins=margins, prefix=prefix)
+                        stop_early=stop_early, margins=margins, **forced)
   return min(margins, default=float("inf"))
 
 

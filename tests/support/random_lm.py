@@ -6,7 +6,7 @@ import numpy as np
 from t2t_keras.hparams import create_hparams
 from t2t_keras.rundir import model_factory
 from t2t_keras.rundir.settings import ModelSpec
-from t2t_keras.t2t_import import importer
+from t2t_keras.t2t_import import variable_names
 
 VOCAB = 37
 SMALL = ("num_hidden_layers=2,hidden_size=16,filter_size=24,num_heads=2,"
@@ -26,7 +26,7 @@ def lm(hparams_set="transformer_base", overrides="", vocab=VOCAB, seed=0):
 
 def t2t_tensors(model):
   """The model's weights under T2T's checkpoint names (what T2TNumpyLM reads)."""
-  tensors = {name: v.numpy() for name, v in importer.body_variable_map(model).items()}
+  tensors = {name: v.numpy() for name, v in variable_names.body_variable_map(model).items()}
   hp = model.hparams
   roles = ({"shared": model.softmax} if hp.shared_embedding_and_softmax_weights else
            {"target_emb": model.target_modality, "softmax": model.softmax})

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from t2t_keras.rundir.settings import ModelSpec
-from t2t_keras.t2t_import import importer
+from t2t_keras.t2t_import import variable_names
 from t2t_keras.training import losses
 
 # Dropout off, and Adam with epsilon far above sqrt(v): the first update is then
@@ -91,7 +91,7 @@ def t2t_decayed(model):
   names: layer-norm offsets and the feed-forward biases; layer-norm scales and
   the embedding shards are decayed).
   """
-  t2t_names = {id(v): name for name, v in importer.body_variable_map(model).items()}
+  t2t_names = {id(v): name for name, v in variable_names.body_variable_map(model).items()}
   return [not (len(v.shape) == 1 and t2t_names.get(id(v), "weights").endswith("bias"))
           for v in model.trainable_variables]
 

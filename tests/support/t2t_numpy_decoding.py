@@ -14,6 +14,19 @@ The model is a callable `logits_fn(prefix_ids) -> logits`:
 Arithmetic is float64, so near-ties may break differently from a float32
 implementation; compare scores with a tolerance.
 
+T2T's `partial_targets` (`partial_targets=`): the prefix T2T forced before
+decoding a prepend-mode model (`problem.preprocess_example_common` in PREDICT
+mode and `decoding._decode_input_tensor_to_features_dict`: the inputs, EOS
+included, then a 0). `transformer.py` `Transformer._fast_decode` forces it
+through the logits: while `i < len(partial_targets)` the step's logits are
+`one_hot(partial_targets[i], on=0, off=-1e9)` (so the forced id's log-prob is
+0); `decode_length = len(partial_targets) + extra_length`; the outputs drop
+the first `len(partial_targets)` ids. T2T's searches then treat a forced EOS
+(the inputs') as any EOS: `forced_eos_ends=True` is T2T as written (beam
+search finishes `inputs` with score 0, greedy stops, and every output is
+empty); `forced_eos_ends=False` is T2T with that one change (a forced id never
+ends a hypothesis), what t2t_keras decodes.
+
 Both searches can record their decision margins (`margins=[]`): for every
 choice the search makes between two candidates (which 2 * beam extensions
 survive, which beam alive and finished ones are kept, whether to stop, the
@@ -83,16 +96,29 @@ def _force(log_probs: np.ndarray, i: int, prefix: Sequence[int]) -> np.ndarray:
   return masked
 
 
+def _partial_targets_logits(logits: np.ndarray, i: int,
+                            partial_targets: Sequence[int]) -> np.ndarray:
+  """T2T `_fast_decode`'s `forced_logits`: at step i < len(partial_targets) every
+  row's logits are 0 at partial_targets[i] and -1e9 elsewhere."""
+  if i >= len(partial_targets):
+    return logits
+  forced = np.full(logits.shape, -1e9)
+  forced[..., partial_targets[i]] = 0.0
+  return forced
+
+
 def _grow_topk(logits_fn: LogitsFn, i: int, alive_seq: np.ndarray,
                alive_log_probs: np.ndarray, beam_size: int, alpha: float,
                eos_id: int, margins: Optional[List[float]] = None,
-               prefix: Sequence[int] = ()):
+               prefix: Sequence[int] = (), partial_targets: Sequence[int] = (),
+               forced_eos_ends: bool = True):
   """T2T `beam_search.grow_topk`: the 2 * beam best one-token extensions.
 
   Returns (topk_seq [2*beam, i+2], topk_log_probs, topk_scores,
   topk_finished), all [2*beam] except the sequences.
   """
-  logits = np.asarray(logits_fn(alive_seq))  # [beam, vocab]
+  logits = _partial_targets_logits(np.asarray(logits_fn(alive_seq), np.float64), i,
+                                   partial_targets)  # [beam, vocab]
   vocab_size = logits.shape[-1]
   log_probs = _force(_log_softmax(logits), i, prefix) + alive_log_probs[:, None]
   penalty = _length_penalty(i + 1, alpha)
@@ -102,7 +128,10 @@ def _grow_topk(logits_fn: LogitsFn, i: int, alive_seq: np.ndarray,
   topk_log_probs = topk_scores * penalty
   topk_beam, topk_ids = topk_flat // vocab_size, topk_flat % vocab_size
   topk_seq = np.concatenate([alive_seq[topk_beam], topk_ids[:, None]], axis=1)
-  return topk_seq, topk_log_probs, topk_scores, topk_ids == eos_id
+  finished = topk_ids == eos_id
+  if i < len(partial_targets) and not forced_eos_ends:
+    finished = np.zeros_like(finished)
+  return topk_seq, topk_log_probs, topk_scores, finished
 
 
 def _grow_alive(topk_seq, topk_scores, topk_log_probs, topk_finished,
@@ -161,7 +190,8 @@ def _is_not_finished(i: int, alive_log_probs, finished_scores,
 def t2t_beam_search(logits_fn: LogitsFn, beam_size: int, alpha: float,
                     decode_length: int, vocab_size: int, eos_id: int = EOS_ID,
                     stop_early: bool = True, margins: Optional[List[float]] = None,
-                    prefix: Sequence[int] = ()) -> Tuple[np.ndarray, np.ndarray]:
+                    prefix: Sequence[int] = (), partial_targets: Sequence[int] = (),
+                    forced_eos_ends: bool = True) -> Tuple[np.ndarray, np.ndarray]:
   """T2T `beam_search.beam_search` + `fast_decode`'s slicing, one sentence.
 
   Mirrors: initial state (only beam 0 alive, finished slots empty at -INF),
@@ -183,11 +213,16 @@ def t2t_beam_search(logits_fn: LogitsFn, beam_size: int, alpha: float,
       module docstring), or None.
     prefix: forced first ids (not T2T's: a forced target prefix, as CTranslate2's
       target_prefix): at step i < len(prefix) only prefix[i] may extend a beam.
+    partial_targets: T2T's forced prefix (module docstring); decode_length
+      counts it (T2T: len(partial_targets) + extra_length).
+    forced_eos_ends: with partial_targets, whether a forced EOS ends a
+      hypothesis (T2T: it does).
 
   Returns:
-    (seqs `[beam_size, steps]` int64 without the leading sos id, 0-padded
-    after EOS, best first; scores `[beam_size]` float64, T2T's scores; empty
-    finished slots keep ids 0 and a score <= -INF).
+    (seqs `[beam_size, steps]` int64 without the leading sos id (and without
+    the partial_targets), 0-padded after EOS, best first; scores
+    `[beam_size]` float64, T2T's scores; empty finished slots keep ids 0 and a
+    score <= -INF).
   """
   alive_seq = np.full([beam_size, 1], SOS_ID, np.int64)
   alive_log_probs = np.array([0.0] + [-INF] * (beam_size - 1))
@@ -206,7 +241,8 @@ def t2t_beam_search(logits_fn: LogitsFn, beam_size: int, alpha: float,
   while _is_not_finished(i, alive_log_probs, finished_scores, decode_length,
                          alpha, stop_early, margins):
     topk_seq, topk_log_probs, topk_scores, topk_finished = _grow_topk(
-        checked_fn, i, alive_seq, alive_log_probs, beam_size, alpha, eos_id, margins, prefix)
+        checked_fn, i, alive_seq, alive_log_probs, beam_size, alpha, eos_id, margins, prefix,
+        partial_targets, forced_eos_ends)
     alive_seq, alive_log_probs = _grow_alive(
         topk_seq, topk_scores, topk_log_probs, topk_finished, beam_size, margins)
     finished_seq, finished_scores, finished_flags = _grow_finished(
@@ -218,33 +254,39 @@ def t2t_beam_search(logits_fn: LogitsFn, beam_size: int, alpha: float,
   else:
     seqs, scores = alive_seq, alive_log_probs
   _record_order(margins, scores)
-  return seqs[:, 1:], scores
+  return seqs[:, 1 + len(partial_targets):], scores
 
 
 def t2t_greedy(logits_fn: LogitsFn, decode_length: int, eos_id: int = EOS_ID,
                margins: Optional[List[float]] = None,
-               prefix: Sequence[int] = ()) -> Tuple[np.ndarray, float]:
+               prefix: Sequence[int] = (), partial_targets: Sequence[int] = (),
+               forced_eos_ends: bool = True) -> Tuple[np.ndarray, float]:
   """T2T `fast_decode`'s greedy loop (`sampling_method="argmax"`), batch 1.
 
   Loops while `i < decode_length` and EOS was not hit; each step appends the
   argmax id and adds its log-prob to the score (up to and including the
   first EOS). At decode_length it simply stops: no EOS is appended.
   `margins`: as t2t_beam_search's (each step's best minus second-best log-prob).
-  `prefix`: forced first ids, as t2t_beam_search's.
+  `prefix`: forced first ids, `partial_targets` and `forced_eos_ends` T2T's
+  forced prefix, as t2t_beam_search's.
 
   Returns:
-    (ids `[steps]` int64 without the sos id, ending in EOS only if the model
-    emitted it; score = summed log-probs).
+    (ids `[steps]` int64 without the sos id (and without the
+    partial_targets), ending in EOS only if the model emitted it; score =
+    summed log-probs).
   """
   decoded = np.array([[SOS_ID]], np.int64)
   log_prob, hit_eos, i = 0.0, False, 0
   while i < decode_length and not hit_eos:
-    log_probs = _force(_log_softmax(np.asarray(logits_fn(decoded))[0]), i, prefix)
+    logits = _partial_targets_logits(np.asarray(logits_fn(decoded), np.float64)[0], i,
+                                     partial_targets)
+    log_probs = _force(_log_softmax(logits), i, prefix)
     next_id = int(np.argmax(log_probs))  # first maximum, as tf.argmax
-    if i >= len(prefix):
+    forced = i < len(prefix) or i < len(partial_targets)
+    if not forced:
       _record_cut(margins, log_probs, 1)
     log_prob += float(log_probs[next_id])
-    hit_eos = next_id == eos_id
+    hit_eos = next_id == eos_id and (forced_eos_ends or i >= len(partial_targets))
     decoded = np.concatenate([decoded, [[next_id]]], axis=1)
     i += 1
-  return decoded[0, 1:], log_prob
+  return decoded[0, 1 + len(partial_targets):], log_prob
