@@ -120,7 +120,11 @@ def _assert_decodes_as_port(got, reference, rows, decode_hp, stop_early, prepend
   want = [_port(reference, row, decode_hp, stop_early, prepend=prepend) for row in rows]
   return near_ties.assert_decodes_equal_or_near_tie(
       got, ([w[0] for w in want], np.array([w[1] for w in want])),
-      _margin_of(reference, rows, decode_hp, stop_early, prepend), SCORE_EPS, what)
+      _margin_of(reference, rows, decode_hp, stop_early, prepend), SCORE_EPS, what,
+      # n-best scores sum float32 log-probs over the prefix and the continuation:
+      # AVX2-only oneDNN kernels reach 1.2e-4 on a score of 3.2 (a wrong prefix moves
+      # it by whole units)
+      score_atol=3 * SCORE_EPS)
 
 
 def test_t2t_as_written_ends_at_the_inputs_eos_and_outputs_nothing(models):
