@@ -64,6 +64,9 @@ setup(
         # Moses' punctuation normaliser and tokenizer for the paper's tokenized BLEU
         # (T2T's get_ende_bleu.sh), maintained in Python.
         "sacremoses>=0.1,<0.3",
+        # Trains and reads --vocab_type=sentencepiece vocabularies (its wheels bundle their own
+        # library; its model proto module also loads with TensorFlow's protobuf).
+        "sentencepiece>=0.2,<0.3",
     ],
     extras_require={
         # pytest-xdist: the suite runs on both cores (most tests are single-threaded tracing and

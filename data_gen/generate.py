@@ -61,6 +61,10 @@ def generate_data(problem: str, data_dir: str, tmp_dir: str = "/tmp/t2t_datagen"
                   random_seed: Optional[int] = None, t2t_usr_dir: Optional[str] = None,
                   vocab_size: int = 2**15,
                   progress: Optional[Callable[[str, int, Optional[int]], None]] = None,
+                  vocab_type: Optional[str] = None,
+                  sentencepiece_model_type: Optional[str] = None,
+                  sentencepiece_character_coverage: Optional[float] = None,
+                  num_workers: Optional[int] = None,
                   **files: Optional[str]) -> dict:
   """Writes the vocabulary and TFRecord shards of `problem` into `data_dir`.
 
@@ -72,6 +76,12 @@ def generate_data(problem: str, data_dir: str, tmp_dir: str = "/tmp/t2t_datagen"
       test files optional; the languages "src"/"tgt" unless given);
       train_text, dev_text, test_text: languagemodel_from_files' (test optional).
     progress: called as progress(stage, done, total) while generating.
+    num_workers: processes that encode and shuffle (default: the CPUs this process
+      may use); the files are the same whatever the number.
+    vocab_type: "subword" (T2T's) or "sentencepiece"; sentencepiece_model_type
+      ("unigram" or "bpe") and sentencepiece_character_coverage: the SentencePiece
+      model's training settings. Each None: the data_dir's recorded one, else the
+      default (subword; unigram, 1.0). Another vocabulary re-encodes every split.
   Returns:
     the generation's summary: {"splits": {split: counts}, "settings", "changed", ...}.
   Raises:
@@ -83,5 +93,12 @@ def generate_data(problem: str, data_dir: str, tmp_dir: str = "/tmp/t2t_datagen"
   data_dir = os.path.abspath(os.path.expanduser(data_dir))
   tmp_dir = os.path.abspath(os.path.expanduser(tmp_dir))
   prob = make_problem(problem, data_dir, vocab_size, **files)
+  vocab = (vocab_type, sentencepiece_model_type, sentencepiece_character_coverage)
+  if hasattr(prob, "set_vocab"):
+    prob.restore_vocab(data_dir)  # a setting not given is the recorded one
+    prob.set_vocab(*vocab)
+  elif any(v is not None for v in vocab):
+    raise ValueError("--vocab_type and the --sentencepiece_* flags apply to text problems; "
+                     "%s has no text vocabulary" % problem)
   return prob.generate_data(data_dir, tmp_dir, num_shards=num_shards, max_cases=max_cases,
-                            random_seed=random_seed, progress=progress)
+                            random_seed=random_seed, progress=progress, num_workers=num_workers)

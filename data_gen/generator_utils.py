@@ -12,18 +12,18 @@ that looks done; the next run removes such leftovers
 
 import logging
 import os
-import random
 import time
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from data_gen import file_io
+from data_gen import datagen_worker, file_io
+from data_gen.datagen_worker import check_ids  # noqa: F401  (here since before workers)
 from data_gen.file_io import remove_quietly
 
 # Test hook: the TFRecord write of the shard with this base name pauses after its
 # first record (tests/test_faults_datagen.py SIGKILLs the process there).
-PAUSE_ENV = "T2T_KERAS_TEST_PAUSE_WRITING"
+PAUSE_ENV = datagen_worker.PAUSE_ENV
 _STALE_SECONDS = 3600  # a temp file untouched this long has no live writer
 
 Progress = Optional[Callable[[str, int, Optional[int]], None]]
@@ -114,28 +114,13 @@ def write_tfrecords_atomic(path: str, records: Iterable[bytes]) -> int:
   return count
 
 
-def check_ids(example: Dict[str, Sequence[int]], vocab_sizes: Dict[str, int],
-              number: int, stage: str = "") -> None:
-  """Raises ValueError unless every id of each feature in `vocab_sizes` is in [0, size).
-
-  An id outside the vocabulary would only fail in the trainer's embedding lookup.
-  """
-  for key, size in vocab_sizes.items():
-    ids = example.get(key)
-    if ids and (max(ids) >= size or min(ids) < 0):
-      bad = next(i for i in ids if not 0 <= i < size)
-      raise ValueError("example %d%s: feature %r holds id %d, outside its vocabulary of %d ids "
-                       "(0..%d); the problem's encoder or generate_encoded_samples must give ids "
-                       "of the data_dir's vocabulary" % (number, " of " + stage if stage else "",
-                                                          key, bad, size, size - 1))
-
-
 def generate_files(examples: Iterable[Dict[str, Sequence[int]]], output_paths: Sequence[str],
                    max_cases: Optional[int] = None, progress: Progress = None,
                    progress_every: int = 10000, stage: str = "",
                    vocab_sizes: Optional[Dict[str, int]] = None) -> int:
   """Round-robins examples over `output_paths` (T2T `generate_files`).
 
+  `examples` may also be serialised records (bytes, see `data_gen/parallel.py`).
   Files are renamed to their final names only after the generator is exhausted.
   With `vocab_sizes` ({feature: size}), an id outside a feature's vocabulary
   raises ValueError (`check_ids`) and nothing is kept.
@@ -154,7 +139,8 @@ def generate_files(examples: Iterable[Dict[str, Sequence[int]]], output_paths: S
           break
         if vocab_sizes:
           check_ids(example, vocab_sizes, count + 1, stage)
-        writers[count % len(writers)].write(
+        writers[count % len(writers)].write(  # serialised already by a datagen worker
+            example if isinstance(example, bytes) else
             to_example(example).SerializeToString(deterministic=True))  # byte-identical reruns
         count += 1
         if progress is not None and count % progress_every == 0:
@@ -175,12 +161,10 @@ def shuffle_shards(unshuffled_paths: Sequence[str], final_paths: Sequence[str],
   """Shuffles each shard in memory, writes it under its final name (T2T `shuffle_dataset`).
 
   The shard at position i uses seed `random_seed + i`, so reruns are reproducible.
+  In one process; `data_gen/parallel.py` shuffles shards in worker processes.
   """
   for i, (src, dst) in enumerate(zip(unshuffled_paths, final_paths)):
-    records = read_records(src)
-    random.Random(random_seed + i).shuffle(records)
-    write_tfrecords_atomic(dst, records)
-    os.remove(src)
+    datagen_worker.shuffle_shard_file(src, dst, random_seed + i)
 
 
 def read_records(path: str) -> List[bytes]:

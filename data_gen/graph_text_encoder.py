@@ -125,8 +125,7 @@ class GraphSubwordEncoder(tf.Module):
         pieces, tokens_per_row, validate=False).merge_dims(1, 2)
 
   def normalize_input(self, strings: tf.Tensor) -> tf.Tensor:
-    """`tokenizer.normalize_input` in-graph: strips white space, control and format
-    characters (`tokenizer.strip_ranges()`) at both ends of each row.
+    """`tokenizer.normalize_input` in-graph (`strip_input`).
 
     Args:
       strings: `tf.string` `[batch]`, valid UTF-8.
@@ -134,19 +133,7 @@ class GraphSubwordEncoder(tf.Module):
     Returns:
       `tf.string` `[batch]`.
     """
-    code_points = tf.strings.unicode_decode(strings, "UTF-8", errors="strict")
-    cp = tf.cast(code_points.flat_values, tf.int64)
-    i = tf.searchsorted(self._strip_starts, cp, side="right") - 1
-    strip = tf.logical_and(i >= 0, cp < tf.gather(self._strip_ends, tf.maximum(i, 0)))
-    rows = code_points.value_rowids()
-    pos = tf.range(tf.size(cp, out_type=tf.int64)) - tf.gather(code_points.row_starts(), rows)
-    n = code_points.nrows()
-    big = tf.int64.max
-    first = tf.math.unsorted_segment_min(tf.where(strip, big, pos), rows, n)
-    last = tf.math.unsorted_segment_max(tf.where(strip, tf.constant(-1, tf.int64), pos), rows, n)
-    keep = tf.logical_and(pos >= tf.gather(first, rows), pos <= tf.gather(last, rows))
-    kept = tf.ragged.boolean_mask(code_points, code_points.with_flat_values(keep))
-    return tf.strings.unicode_encode(kept, "UTF-8")
+    return strip_input(strings, self._strip_starts, self._strip_ends)
 
   def decode(self, ids, cut_at_eos: bool = False) -> tf.Tensor:
     """Decodes subtoken ids to text, as `SubwordTextEncoder.decode`.
@@ -169,7 +156,7 @@ class GraphSubwordEncoder(tf.Module):
       ids = tf.RaggedTensor.from_tensor(ids, padding=tf.cast(text_encoder.PAD_ID, ids.dtype))
     ids = tf.cast(ids, tf.int64)
     if cut_at_eos:
-      ids = tf.ragged.boolean_mask(ids, _before_first(ids, text_encoder.EOS_ID))
+      ids = tf.ragged.boolean_mask(ids, before_first(ids, text_encoder.EOS_ID))
     flat = ids.flat_values
     valid = tf.logical_and(flat >= 0, flat < self._vocab_size)
     strings = tf.where(
@@ -244,7 +231,27 @@ def is_valid_utf8(strings: tf.Tensor) -> tf.Tensor:
   return tf.equal(fixed, strings)
 
 
-def _before_first(ids: tf.RaggedTensor, value: int) -> tf.RaggedTensor:
+def strip_input(strings: tf.Tensor, strip_starts: tf.Tensor, strip_ends: tf.Tensor) -> tf.Tensor:
+  """`tokenizer.normalize_input` in-graph: strips white space, control and format
+  characters (the int64 `[start, end)` code point ranges `tokenizer.strip_ranges()`,
+  as `strip_starts`, `strip_ends`) at both ends of each row of `tf.string` `[batch]`
+  valid UTF-8 `strings`; returns `tf.string` `[batch]`."""
+  code_points = tf.strings.unicode_decode(strings, "UTF-8", errors="strict")
+  cp = tf.cast(code_points.flat_values, tf.int64)
+  i = tf.searchsorted(strip_starts, cp, side="right") - 1
+  strip = tf.logical_and(i >= 0, cp < tf.gather(strip_ends, tf.maximum(i, 0)))
+  rows = code_points.value_rowids()
+  pos = tf.range(tf.size(cp, out_type=tf.int64)) - tf.gather(code_points.row_starts(), rows)
+  n = code_points.nrows()
+  big = tf.int64.max
+  first = tf.math.unsorted_segment_min(tf.where(strip, big, pos), rows, n)
+  last = tf.math.unsorted_segment_max(tf.where(strip, tf.constant(-1, tf.int64), pos), rows, n)
+  keep = tf.logical_and(pos >= tf.gather(first, rows), pos <= tf.gather(last, rows))
+  kept = tf.ragged.boolean_mask(code_points, code_points.with_flat_values(keep))
+  return tf.strings.unicode_encode(kept, "UTF-8")
+
+
+def before_first(ids: tf.RaggedTensor, value: int) -> tf.RaggedTensor:
   """bool ragged, True before the first `value` of each row."""
   hit = tf.cast(tf.equal(ids.flat_values, value), tf.int64)
   inclusive = tf.cumsum(hit)

@@ -2,7 +2,8 @@
 
 `<data_dir>/<problem>.manifest.json` lists the vocab files (name, bytes,
 SHA-256), the settings that shape the shards (`SETTINGS`: train shard count,
-max_cases, random_seed), and per split the shard files (name, record count,
+max_cases, random_seed; and the vocabulary's, `vocab_type` and the SentencePiece
+ones, which `Text2TextProblem.restore_vocab` reads back), and per split the shard files (name, record count,
 bytes, SHA-256) and plain-text files. Every listed split was written with those
 settings and that vocabulary. Datagen marks it `"complete": false` before it
 changes any file and lists each split as it finishes, so a killed run leaves a
@@ -115,12 +116,22 @@ def _files_unchanged(data_dir: str, entries: Sequence[Dict], sha256: bool = Fals
   return True
 
 
-def vocab_unchanged(manifest: Optional[Dict], data_dir: str) -> bool:
+def vocab_unchanged(manifest: Optional[Dict], data_dir: str,
+                    vocab_paths: Optional[Sequence[str]] = None) -> bool:
   """Whether the vocab files are those the manifest's shards were encoded with.
 
-  True without a manifest (a data_dir of a version before manifests: unknown).
+  With `vocab_paths` (the vocab files in use now) they must also be the files the
+  manifest lists: another vocabulary (e.g. SentencePiece instead of subword) is a change
+  even while the listed files stay as they were. True without a manifest (a data_dir
+  of a version before manifests: unknown).
   """
-  return manifest is None or _files_unchanged(data_dir, manifest.get("vocab", []), sha256=True)
+  if manifest is None:
+    return True
+  listed = manifest.get("vocab", [])
+  if vocab_paths is not None and (sorted(e["file"] for e in listed)
+                                  != sorted({os.path.basename(p) for p in vocab_paths})):
+    return False
+  return _files_unchanged(data_dir, listed, sha256=True)
 
 
 def recorded_settings(manifest: Optional[Dict], train_shards: Sequence[str]) -> Dict:

@@ -3,7 +3,7 @@
 A problem turns raw text pairs into a vocabulary plus sharded TFRecords of
 `tf.train.Example` with int64 `inputs` and `targets` (each ending in EOS=1):
 
-  data_dir/vocab.<name>.<size>.subwords
+  data_dir/vocab.<name>.<size>.subwords   (or .spm.model: --vocab_type=sentencepiece)
   data_dir/<name>-train-00000-of-00100 … , <name>-dev-00000-of-00001 [, -test-…]
   data_dir/<name>.dev.<lang>, <name>.test.<lang>   plain text for scoring a decoder
 
@@ -35,6 +35,8 @@ from typing import Any, Dict, Iterator, List, Optional
 from data_gen import file_io
 from data_gen import generator_utils
 from data_gen import manifest as manifest_lib
+from data_gen import parallel
+from data_gen import sentencepiece_encoder as spm_lib
 from data_gen import text_encoder
 from data_gen.text_encoder import EOS_ID
 
@@ -139,6 +141,12 @@ class Text2TextProblem(Problem):
   has_test_split: bool = False
   max_subtoken_length: Optional[int] = 200
   additional_reserved_tokens: List[str] = []
+  # The vocabulary's kind (`spm_lib.VOCAB_TYPES`): T2T's subword one, or a SentencePiece
+  # model trained with these settings. Datagen sets them; `restore_vocab` reads them back
+  # from a data_dir, so a problem looked up by name encodes as its data was encoded.
+  vocab_type: str = spm_lib.SUBWORD
+  sentencepiece_model_type: str = spm_lib.DEFAULT_MODEL_TYPE
+  sentencepiece_character_coverage: float = spm_lib.DEFAULT_CHARACTER_COVERAGE
   input_space_id: int = SpaceID.GENERIC
   target_space_id: int = SpaceID.GENERIC
   source_lang: str = "inputs"
@@ -179,7 +187,10 @@ class Text2TextProblem(Problem):
   # ---- vocabulary ---------------------------------------------------------
   @property
   def vocab_filename(self) -> str:
-    """T2T name of the shared vocab: `vocab.<name>.<size>.subwords`."""
+    """T2T name of the shared vocab: `vocab.<name>.<size>.subwords` (SentencePiece:
+    `vocab.<name>.<size>.spm.model`)."""
+    if self.vocab_type == spm_lib.SENTENCEPIECE:
+      return spm_lib.vocab_filename(self.dataset_name, self.approx_vocab_size)
     return "vocab.%s.%d.subwords" % (self.dataset_name, self.approx_vocab_size)
 
   @property
@@ -187,9 +198,56 @@ class Text2TextProblem(Problem):
     """Vocab file per feature; separate `.inputs`/`.targets` files when not shared."""
     if self.share_vocab:
       return {"inputs": self.vocab_filename, "targets": self.vocab_filename}
+    if self.vocab_type == spm_lib.SENTENCEPIECE:
+      return {side: spm_lib.vocab_filename(self.dataset_name, self.approx_vocab_sizes[side], side)
+              for side in ("inputs", "targets")}
     return {side: "vocab.%s.%d.%s.subwords" % (self.dataset_name, self.approx_vocab_sizes[side],
                                                 side)
             for side in ("inputs", "targets")}
+
+  def set_vocab(self, vocab_type: Optional[str] = None, model_type: Optional[str] = None,
+                character_coverage: Optional[float] = None) -> None:
+    """Sets the vocabulary's kind and SentencePiece settings (those not None).
+
+    Raises:
+      ValueError: an unknown type or setting, naming its datagen flag.
+    """
+    vocab_type = self.vocab_type if vocab_type is None else vocab_type
+    model_type = self.sentencepiece_model_type if model_type is None else model_type
+    coverage = (self.sentencepiece_character_coverage if character_coverage is None
+                else character_coverage)
+    spm_lib.check_options(vocab_type, model_type, coverage)
+    self.vocab_type, self.sentencepiece_model_type = vocab_type, model_type
+    self.sentencepiece_character_coverage = float(coverage)
+
+  def vocab_settings(self) -> Dict[str, Any]:
+    """The vocabulary settings datagen records in the manifest (named as its flags)."""
+    if self.vocab_type != spm_lib.SENTENCEPIECE:
+      return {"vocab_type": self.vocab_type}
+    return {"vocab_type": self.vocab_type,
+            "sentencepiece_model_type": self.sentencepiece_model_type,
+            "sentencepiece_character_coverage": self.sentencepiece_character_coverage}
+
+  def restore_vocab(self, data_dir: Optional[str]) -> None:
+    """Takes the vocabulary settings data_dir was generated with (its manifest's).
+
+    Without a recorded type (a manifest of an earlier version, or a run directory
+    holding its vocab), a SentencePiece model present where no subword file is
+    makes it SentencePiece; else it stays the class's (subword).
+    """
+    if not data_dir:
+      return
+    manifest = manifest_lib.read_manifest(data_dir, self.dataset_name)
+    recorded = (manifest or {}).get("settings") or {}
+    if recorded.get("vocab_type") in spm_lib.VOCAB_TYPES:
+      self.set_vocab(recorded["vocab_type"], recorded.get("sentencepiece_model_type"),
+                     recorded.get("sentencepiece_character_coverage"))
+      return
+    subword_files = self.vocab_paths(data_dir).values()
+    if self.vocab_type == spm_lib.SUBWORD and not any(map(os.path.exists, subword_files)):
+      self.vocab_type = spm_lib.SENTENCEPIECE
+      if not all(map(os.path.exists, self.vocab_paths(data_dir).values())):
+        self.vocab_type = spm_lib.SUBWORD
 
   @property
   def approx_vocab_sizes(self) -> Dict[str, int]:
@@ -210,13 +268,18 @@ class Text2TextProblem(Problem):
         if not os.path.exists(path):
           raise ValueError("vocab file %r not found; run t2t_keras_datagen --problem=%s "
                            "--data_dir=%s first" % (path, self.name, data_dir))
-        by_file[filename] = text_encoder.SubwordTextEncoder(path)
+        by_file[filename] = spm_lib.load_vocab(path)
         continue
       which = None if self.share_vocab else side
-      by_file[filename], seconds = generator_utils.get_or_generate_vocab(
-          data_dir, filename, self.approx_vocab_sizes[side],
-          lambda w=which: self.generate_text_for_vocab(data_dir, tmp_dir, w),
-          max_subtoken_length=self.max_subtoken_length, reserved_tokens=reserved)
+      text = lambda w=which: self.generate_text_for_vocab(data_dir, tmp_dir, w)
+      if self.vocab_type == spm_lib.SENTENCEPIECE:
+        by_file[filename], seconds = spm_lib.get_or_build(
+            data_dir, filename, self.approx_vocab_sizes[side], text,
+            self.sentencepiece_model_type, self.sentencepiece_character_coverage)
+      else:
+        by_file[filename], seconds = generator_utils.get_or_generate_vocab(
+            data_dir, filename, self.approx_vocab_sizes[side], text,
+            max_subtoken_length=self.max_subtoken_length, reserved_tokens=reserved)
       self.vocab_seconds += seconds
     encoders = {side: by_file[self.vocab_filenames[side]] for side in ("inputs", "targets")}
     return encoders
@@ -275,7 +338,8 @@ class Text2TextProblem(Problem):
 
   def generate_data(self, data_dir: str, tmp_dir: str, num_shards: Optional[int] = None,
                     max_cases: Optional[int] = None, random_seed: Optional[int] = None,
-                    progress: generator_utils.Progress = None) -> Dict[str, Any]:
+                    progress: generator_utils.Progress = None,
+                    num_workers: Optional[int] = None) -> Dict[str, Any]:
     """Writes vocab, shards and dev/test text files; skips splits already written so.
 
     A setting left None is the one the data_dir's manifest records (`_settings`).
@@ -288,6 +352,8 @@ class Text2TextProblem(Problem):
       max_cases: at most this many examples per split; 0: no limit (as T2T).
       random_seed: seed of the per-shard shuffle (default: the manifest's, else 429459).
       progress: called as progress(stage, done, total_or_None) on long steps.
+      num_workers: processes that encode and shuffle (`data_gen/parallel.py`; default:
+        the CPUs this process may use); shapes nothing, any number writes the same bytes.
 
     Returns:
       {"splits": {split: {"examples", "inputs_tokens", "targets_tokens", "skipped"}},
@@ -295,6 +361,7 @@ class Text2TextProblem(Problem):
        "changed": {setting or "vocab": (recorded, now)}}
     """
     start = time.time()
+    num_workers = parallel.check_num_workers(num_workers)  # None: every available CPU
     for name, value, low in (("num_shards", num_shards, 1), ("max_cases", max_cases, 0)):
       if value is not None and (not isinstance(value, int) or value < low):
         raise ValueError("%s must be an int >= %d, got %r" % (name, low, value))
@@ -303,15 +370,22 @@ class Text2TextProblem(Problem):
     generator_utils.remove_stale_temporaries(data_dir, self.dataset_name)
     old = manifest_lib.read_manifest(data_dir, self.dataset_name)
     settings, changed = self._settings(data_dir, old, num_shards, max_cases, random_seed)
+    recorded = dict((old or {}).get("settings") or {})
+    if old is not None:
+      recorded.setdefault("vocab_type", spm_lib.SUBWORD)  # manifests before SentencePiece
+    changed.update({k: (recorded[k], v) for k, v in self.vocab_settings().items()
+                    if k in recorded and recorded[k] != v})
+    settings.update(self.vocab_settings())
     had_shards = bool(self._shards_present(data_dir))
     if progress is not None:
       progress("vocab", 0, None)
     encoders = self.get_or_create_vocab(data_dir, tmp_dir)
-    if self.vocab_seconds > 0 or not manifest_lib.vocab_unchanged(old, data_dir):
-      if had_shards:  # else a first run: nothing was encoded with another vocab
-        changed["vocab"] = ("the manifest's", "new" if self.vocab_seconds > 0 else "edited")
-      old = {"splits": {}}  # shards encoded with another vocab are stale
     vocabs = [os.path.join(data_dir, f) for f in self.vocab_filenames.values()]
+    if self.vocab_seconds > 0 or not manifest_lib.vocab_unchanged(old, data_dir, vocabs):
+      if had_shards:  # else a first run: nothing was encoded with another vocab
+        changed["vocab"] = ("the manifest's", "new" if self.vocab_seconds > 0 else
+                             "replaced" if "vocab_type" in changed else "edited")
+      old = {"splits": {}}  # shards encoded with another vocab are stale
     shards = {spec["split"]: (settings["num_shards"] if spec["split"] == DatasetSplit.TRAIN
                               else spec["shards"]) for spec in self.dataset_splits}
     todo = [split for split, n in shards.items() if not (
@@ -325,7 +399,8 @@ class Text2TextProblem(Problem):
     for split in todo:  # the manifest says what is done, and with which settings
       manifest_lib.write_manifest(data_dir, self.dataset_name, vocabs, entries, settings, False)
       self._generate_split(data_dir, tmp_dir, split, shards[split], encoders,
-                           settings["max_cases"], settings["random_seed"], progress)
+                           settings["max_cases"], settings["random_seed"], progress,
+                           num_workers)
       entries[split] = manifest_lib.split_entry(
           self.shard_paths(data_dir, split, shards[split]), self.split_text_files(data_dir, split))
     if entries:  # complete: every split is written with these settings and vocab
@@ -365,35 +440,32 @@ class Text2TextProblem(Problem):
     return [p for p in present if not file_io.is_temporary(p)]
 
   def _generate_split(self, data_dir, tmp_dir, split, shards, encoders, max_cases,
-                      random_seed, progress) -> None:
+                      random_seed, progress, num_workers=1) -> None:
     """Writes one split; on any failure (e.g. a full disk) removes its partial files."""
     unshuffled = self.shard_paths(data_dir, split, shards, shuffled=False)
     final = self.shard_paths(data_dir, split, shards)
     try:
-      self._write_split(data_dir, tmp_dir, split, unshuffled, final, encoders, max_cases,
-                        random_seed, progress)
+      with parallel.Workers(num_workers, encoders, self.features,
+                            {k: encoders[k].vocab_size for k in self.features}) as workers:
+        self._write_split(data_dir, tmp_dir, split, unshuffled, final, encoders, max_cases,
+                          random_seed, progress, workers)
     except BaseException:
       paths = unshuffled + final
       file_io.remove_quietly(paths + [file_io.temp_path(p) for p in paths])
       raise
 
   def _write_split(self, data_dir, tmp_dir, split, unshuffled, final, encoders, max_cases,
-                   random_seed, progress) -> None:
-    texts: Optional[List[tuple]] = [] if split != DatasetSplit.TRAIN else None
-    generator_utils.generate_files(
-        self.generate_encoded_samples(data_dir, tmp_dir, split, encoders, texts),
-        unshuffled, max_cases=max_cases, progress=progress, stage=split,
-        vocab_sizes={k: encoders[k].vocab_size for k in self.features})
-    if texts is not None:
-      # Text files hold exactly the written examples, in generation order.
-      texts = texts[:max_cases] if max_cases is not None else texts
-      for idx, side in enumerate(self.features):
-        file_io.write_lines(self.text_file(data_dir, split, side),
-                            (pair[idx].replace("\n", " ") for pair in texts))
+                   random_seed, progress, workers) -> None:
+    # Text files hold exactly the written examples, in generation order, written as read.
+    texts = ([self.text_file(data_dir, split, side) for side in self.features]
+             if split != DatasetSplit.TRAIN else [])
+    parallel.write_split(self, workers, data_dir, tmp_dir, split, encoders, unshuffled, texts,
+                         max_cases, progress)
+    if texts:
       self.write_split_extras(data_dir, split)
     if progress is not None:
       progress(split + " shuffle", 0, len(final))
-    generator_utils.shuffle_shards(unshuffled, final, random_seed)
+    parallel.shuffle_shards(workers, unshuffled, final, random_seed)
     # Shards of an earlier run with another shard count would match filepattern too.
     for path in glob.glob(os.path.join(data_dir, "%s-%s-[0-9]*-of-[0-9]*"
                                        % (self.dataset_name, split))):

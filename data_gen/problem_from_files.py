@@ -4,15 +4,19 @@
 size) as constructor arguments. `generate_data` saves them as
 `<name>.config.json` in data_dir once the data is generated, so that
 `registry.problem(name, data_dir=...)` (`restore`) gives the trainer the same
-problem back, and refuses a data_dir generated from other files.
+problem back, and refuses a data_dir generated from other files. Their vocabulary is
+built from a bounded sample of the training files (`generate_text_for_vocab`: ≈1 MB
+per side, as T2T's translate problems), so a corpus of any size builds it in seconds.
 """
 
 import json
 import os
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Iterator, Optional, Sequence
 
 from data_gen import file_io
-from data_gen.problem import Text2TextProblem
+from data_gen.problem import DatasetSplit, Text2TextProblem
+
+VOCAB_FILE_BYTE_BUDGET = 1e6  # T2T's file_byte_budget
 
 
 class ProblemFromFiles(Text2TextProblem):
@@ -32,6 +36,26 @@ class ProblemFromFiles(Text2TextProblem):
 
   def config(self) -> Dict[str, Any]:
     raise NotImplementedError
+
+  def generate_text_for_vocab(self, data_dir: str, tmp_dir: str,
+                              side: Optional[str] = None) -> Iterator[str]:
+    """≈`VOCAB_FILE_BYTE_BUDGET` bytes of evenly spaced training samples per side (T2T's
+    translate problems: `generate_lines_for_vocab`, 1e6 bytes per file), so the vocab build
+    reads a bounded sample of any corpus; a smaller corpus is read whole, in order.
+    """
+    files = [getattr(self, k) for k in self.file_args if k.startswith("train") and getattr(self, k)]
+    stride = max(1, int(max(map(os.path.getsize, files)) // VOCAB_FILE_BYTE_BUDGET))
+    keys = [k for k in self.features if side in (None, k)]
+    left = dict.fromkeys(keys, VOCAB_FILE_BYTE_BUDGET)
+    for number, sample in enumerate(self.generate_samples(data_dir, tmp_dir, DatasetSplit.TRAIN)):
+      if number % stride:
+        continue
+      for key in keys:
+        if left[key] > 0:
+          left[key] -= len(sample[key].encode("utf-8"))
+          yield sample[key]
+      if all(v <= 0 for v in left.values()):
+        return
 
   def _check_configured(self) -> None:
     raise NotImplementedError

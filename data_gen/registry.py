@@ -65,9 +65,13 @@ def problem(name: str, data_dir: Optional[str] = None):
   """Instance of the problem registered as `name`.
 
   With `data_dir`, problems configured at datagen time (translate_from_files)
-  restore their configuration from the JSON they saved there.
+  restore their configuration from the JSON they saved there, and text problems
+  their vocabulary's type (subword or SentencePiece) from its manifest.
   """
-  return problem_class(name).restore(data_dir)
+  instance = problem_class(name).restore(data_dir)
+  if data_dir and hasattr(instance, "restore_vocab"):
+    instance.restore_vocab(data_dir)
+  return instance
 
 
 def import_usr_dir(usr_dir: Optional[str]) -> None:

@@ -61,7 +61,8 @@ def open_run(path: Union[str, Sequence[str]], checkpoint: Optional[str] = None,
   Args:
     path: the run directory, or a list of runs / checkpoints (an ensemble).
     checkpoint: a checkpoint prefix (e.g. an averaged one) or a directory of
-      checkpoints; default the run's newest loadable checkpoint with finite weights.
+      checkpoints (its newest; the run's `best/`: the best by the dev metric);
+      default the run's newest loadable checkpoint with finite weights.
     data_dir: the directory holding the run's vocabulary; default the --data_dir the
       run was trained on (recorded in run.json), else `path` itself (an imported
       T2T run holds its vocabulary).

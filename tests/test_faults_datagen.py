@@ -11,7 +11,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from data_gen import generator_utils as gu, manifest as manifest_lib, registry
+from data_gen import datagen_worker, generator_utils as gu, manifest as manifest_lib, registry
 from t2t_keras.training import inputs
 from tests.support.cli import run_datagen_in_process
 from tests.support.tiny_problem import write_parallel
@@ -38,10 +38,13 @@ def _datagen_in_process(capsys, *args):
 
 
 def _kill_at_shard_write(args, data_dir, shard_name):
-  """Starts datagen, SIGKILLs it while `shard_name` is half written; returns its pid."""
+  """Starts datagen, SIGKILLs it while `shard_name` is half written; returns its pid.
+
+  In one process, so the partial file bears its pid (with workers, see
+  tests/test_datagen_parallel.py)."""
   env = dict(ENV, **{gu.PAUSE_ENV: shard_name})
   proc = subprocess.Popen([sys.executable, "-m", "t2t_keras.cli.datagen",
-                           "--data_dir=" + data_dir, *args], cwd=ROOT, env=env,
+                           "--data_dir=" + data_dir, "--num_workers=1", *args], cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   seen = []
   try:
@@ -153,18 +156,21 @@ def test_full_disk_cleans_up_after_itself(tmp_path, capsys, monkeypatch, stage):
   real_open = gu.open_record_writer
 
   def open_writer(path):
-    # Fail in the first round-robin write, or in the shuffle of train shard 1.
-    hit = ("-unshuffled-train-00003" in path if stage == "unshuffled"
-           else "%s-train-00001" % NAME in path)
+    # Fail in the first round-robin write (the main process writes it).
+    hit = "-unshuffled-train-00003" in path
     return _FullDisk(path, fail_after=10) if hit else real_open(path)
 
-  monkeypatch.setattr(gu, "open_record_writer", open_writer)
+  if stage == "unshuffled":
+    monkeypatch.setattr(gu, "open_record_writer", open_writer)
+  else:  # the shuffle of train shard 1, in a worker process
+    monkeypatch.setenv(datagen_worker.FULL_DISK_ENV, "%s-train-00001-of-00004" % NAME)
   code, out = _datagen_in_process(capsys, "--data_dir=" + data_dir, *args)
   assert code == 1 and "disk full" in out and "No space left" in out, out
   names = sorted(os.listdir(data_dir))
   assert not [n for n in names if n.endswith(".incomplete") or "-train-" in n], names
   assert manifest_lib.read_manifest(data_dir, NAME)["complete"] is False
   monkeypatch.setattr(gu, "open_record_writer", real_open)
+  monkeypatch.delenv(datagen_worker.FULL_DISK_ENV, raising=False)
   code, out = _datagen_in_process(capsys, "--data_dir=" + data_dir, *args)
   assert code == 0, out
   registry.problem(NAME, data_dir).check_data_dir(data_dir)

@@ -36,6 +36,7 @@ from t2t_keras import errors, training
 from t2t_keras.cli import quiet_logs
 from t2t_keras.hparams import create_hparams
 from t2t_keras.perf import process
+from t2t_keras.rundir.files import BEST_INDEX
 from t2t_keras.version import __version__
 
 # name: (kind, default, help[, enum values]).
@@ -90,7 +91,29 @@ _EXPERIMENT = {
     "eval_bleu": ("bool", False, "Decode the dev source at each evaluation and log sacreBLEU "
                   "(T2T's decode hook)."),
     "eval_bleu_max_lines": ("integer", 200, "Dev lines decoded for BLEU (--eval_bleu)."),
-    "checkpoint_path": ("string", None, "Checkpoint prefix (default: latest in output_dir); "
+    # Early stopping and the best checkpoints (T2T's names and defaults; early_stopping.py).
+    "eval_early_stopping_steps": ("integer", None,
+                                  "Stop when --eval_early_stopping_metric has not improved by "
+                                  "--eval_early_stopping_metric_delta over this many steps "
+                                  "(T2T's plateau rule); unset: no early stopping."),
+    "eval_early_stopping_metric": ("string", "loss",
+                                   "The dev metric to stop on and keep the best by: loss, "
+                                   "neg_log_perplexity, perplexity, accuracy, accuracy_top5, "
+                                   "accuracy_per_sequence, approx_bleu, bleu, bleu_tokenized "
+                                   "(bleu: needs --eval_bleu), or T2T's tag "
+                                   "metrics-<problem>/targets/<name>."),
+    "eval_early_stopping_metric_delta": ("float", 0.1,
+                                         "The change that counts as an improvement."),
+    "eval_early_stopping_metric_minimize": ("bool", True,
+                                            "Whether smaller is better. Unset with a metric "
+                                            "where larger is better (bleu, approx_bleu, "
+                                            "accuracy*, neg_log_perplexity): false."),
+    "keep_best_checkpoints": ("integer", 0,
+                              "Keep the N best checkpoints by --eval_early_stopping_metric in "
+                              "<output_dir>/best/ (0: off); decode or export the best with "
+                              "--checkpoint_path=<output_dir>/best."),
+    "checkpoint_path": ("string", None, "Checkpoint prefix (default: latest in output_dir), "
+                        "or a directory (<output_dir>/best: the best checkpoint); "
                         "A,B,... decodes the ensemble of these runs (directories) or "
                         "checkpoints: the mean of their log-probabilities at every step."),
 }
@@ -218,6 +241,11 @@ def resolve_path_flags(*names: str) -> None:
         raise app.UsageError(f"--{name}={value}: member {empty[0]} of the ensemble is empty; "
                              "give its runs or checkpoints separated by single commas.")
       setattr(flags.FLAGS, name, ",".join(resolve(p) for p in parts))
+  # --checkpoint_path=<run>/best alone: the run is best/'s parent.
+  best = flags.FLAGS.checkpoint_path if "checkpoint_path" in names else None
+  if best and "output_dir" in names and not flags.FLAGS.output_dir and os.path.isfile(
+      os.path.join(best, BEST_INDEX)):
+    flags.FLAGS.output_dir = os.path.dirname(best.rstrip("/"))
 
 
 def is_language_model_run() -> bool:

@@ -9,6 +9,9 @@ r"""`t2t_keras_datagen`: T2T's `t2t-datagen` — vocab + sharded TFRecords for a
   t2t_keras_datagen --problem=languagemodel_from_files --data_dir=~/my_lm \
       --train_text=train.txt --dev_text=dev.txt --vocab_size=8192
 
+  t2t_keras_datagen --problem=translate_ende_ding_bible8k --data_dir=~/t2t_data_spm \
+      --vocab_type=sentencepiece   # a SentencePiece model: docs/vocabularies.md
+
 translate_from_files writes a test split (shards + text files) when given
 --test_source/--test_target (the decoder's --eval_use_test_set), and records
 --source_lang/--target_lang: with a target language Moses tokenizes (e.g. de)
@@ -28,10 +31,15 @@ the settings that shape the shards (--num_shards, --max_cases, --random_seed):
   and the summary names the old and the new value. A data_dir never mixes
   settings.
 - A vocab file that changed since the shards were written (rebuilt, or edited)
-  re-encodes every split with it.
+  re-encodes every split with it; so does another --vocab_type (subword or
+  sentencepiece) or SentencePiece setting, which the manifest also remembers.
 
 The manifest is complete only when every split is written; the trainer refuses a
 data_dir without a complete manifest that matches its files and vocab.
+
+--num_workers processes (default: every CPU this process may use) encode the samples
+and shuffle the shards; the files are byte-identical whatever the number, which is no
+setting of the manifest (data_gen/parallel.py).
 """
 
 import errno
@@ -60,6 +68,11 @@ _define("integer", "max_cases", None, "At most this many examples per split; 0: 
         "(default: as the data_dir's manifest records, else no limit).")
 _define("integer", "random_seed", None, "Seed of the per-shard shuffle (default: as the "
         "data_dir's manifest records, else 429459).")
+_define("integer", "num_workers", None, "Processes that encode the samples and shuffle the "
+        "shards (default: the CPUs this process may use). The main process reads the samples "
+        "and writes the shards in order, so any number writes the same files, and a rerun "
+        "with another number keeps finished splits. Memory stays bounded: 2 chunks of 1000 "
+        "samples per worker in flight, and one shard per worker while shuffling.")
 _define("string", "t2t_usr_dir", None, "Directory (a package) with user @register_problem modules.")
 _define("string", "train_source", None, "translate_from_files: training source text file.")
 _define("string", "train_target", None, "translate_from_files: training target text file.")
@@ -72,7 +85,19 @@ _define("string", "train_text", None, "languagemodel_from_files: training text f
 _define("string", "dev_text", None, "languagemodel_from_files: dev text file.")
 _define("string", "test_text", None, "languagemodel_from_files: test text file (optional).")
 _define("integer", "vocab_size", 2**15, "translate_from_files, languagemodel_from_files: "
-        "approximate subword vocab size.")
+        "approximate subword vocab size (with --vocab_type=sentencepiece: the most pieces).")
+_define("enum", "vocab_type", None, "The vocabulary: subword (T2T's SubwordTextEncoder) or "
+        "sentencepiece (a SentencePiece model, vocab.<problem>.<size>.spm.model), of the "
+        "problem's size (--vocab_size for the *_from_files problems). Default: as the "
+        "data_dir's manifest records, else subword. Another type re-encodes every split.",
+        enum_values=["subword", "sentencepiece"])
+_define("enum", "sentencepiece_model_type", None, "--vocab_type=sentencepiece: the model, "
+        "unigram or bpe (default: as the manifest records, else unigram).",
+        enum_values=["unigram", "bpe"])
+_define("float", "sentencepiece_character_coverage", None, "--vocab_type=sentencepiece: the "
+        "share of the sample's characters that get a piece, the rest map to <unk> (default: "
+        "as the manifest records, else 1.0: every character, as T2T's subword vocab; 0.9995 "
+        "suits scripts with thousands of characters).")
 _define("string", "source_lang", None, "translate_from_files: source language, e.g. en; names "
         "the dev/test text files (default: src).")
 _define("string", "target_lang", None, "translate_from_files: target language, e.g. de; names "
@@ -135,7 +160,10 @@ def run(argv) -> int:
         FLAGS.problem, data_dir, tmp_dir, num_shards=FLAGS.num_shards,
         max_cases=FLAGS.max_cases, random_seed=FLAGS.random_seed, vocab_size=FLAGS.vocab_size,
         source_lang=FLAGS.source_lang, target_lang=FLAGS.target_lang,
-        progress=_progress, **{f: getattr(FLAGS, f) for f in _FILE_FLAGS})
+        progress=_progress, vocab_type=FLAGS.vocab_type,
+        sentencepiece_model_type=FLAGS.sentencepiece_model_type,
+        sentencepiece_character_coverage=FLAGS.sentencepiece_character_coverage,
+        num_workers=FLAGS.num_workers, **{f: getattr(FLAGS, f) for f in _FILE_FLAGS})
   except ValueError as e:
     print("t2t_keras_datagen: error: %s" % e, file=sys.stderr)
     return 2  # a user error (as in the trainer): unknown problem, bad flags, a failed download

@@ -16,6 +16,7 @@ same budget trains no more; a larger budget trains the difference.
 
   make demo DEMO_MINUTES=60
   python -m t2t_keras.cli.demo --work_dir=work --budget_minutes=20
+  python -m t2t_keras.cli.demo --work_dir=work --vocab_type=sentencepiece  # in work/sentencepiece
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ common_flags.define_once("integer", "num_last_checkpoints", 5,
 flags.DEFINE_float("average_fraction", 0.3, "Average the checkpoints of the last this "
                    "fraction of training steps (at least the last checkpoint).")
 flags.DEFINE_integer("samples", 5, "Sample translations printed.")
+common_flags.define_once("enum", "vocab_type", None, "The vocabulary datagen builds: subword "
+                         "(T2T's, the default) or sentencepiece; a sentencepiece demo keeps "
+                         "its data, run and outputs in <work_dir>/sentencepiece.",
+                         enum_values=["subword", "sentencepiece"])
 
 PROBLEM = "translate_ende_ding_bible8k"
 SENTENCES = ["The house has only one entrance.", "In the beginning God created the heaven "
@@ -96,17 +101,22 @@ def main(argv):
   demo_start = time.time()
   start = FLAGS.start_time or demo_start
   budget_s = FLAGS.budget_minutes * 60
-  work = os.path.abspath(FLAGS.work_dir)
+  base = os.path.abspath(FLAGS.work_dir)
+  vocab_type = FLAGS.vocab_type or "subword"
+  # Another vocabulary gets its own data dir and run (a run reads only the data of its
+  # vocabulary); the downloaded corpora in <work_dir>/tmp are shared.
+  work = base if vocab_type == "subword" else os.path.join(base, vocab_type)
   data, run = os.path.join(work, "data"), os.path.join(work, "train")
   flagfile = f"--flagfile={os.path.abspath(FLAGS.flagfile_path)}"
   stages: List[Stage] = []
   if FLAGS.start_time:
     stages.append(Stage("set-up (virtualenv, corpora)", demo_start - start))
 
-  t = _stage("1/7 Data: Ding dictionary sentences + Bible, shared 8k subword vocabulary")
+  t = _stage(f"1/7 Data: Ding dictionary sentences + Bible, shared 8k {vocab_type} vocabulary")
   if not _done(manifest.manifest_path(data, PROBLEM)):  # datagen writes it last
     _run("t2t_keras.cli.datagen", f"--problem={PROBLEM}", f"--data_dir={data}",
-         f"--tmp_dir={os.path.join(work, 'tmp')}", "--verbosity=-1")  # its progress lines only
+         f"--tmp_dir={os.path.join(base, 'tmp')}", f"--vocab_type={vocab_type}",
+         "--verbosity=-1")  # its progress lines only
   stages.append(Stage("data generation", time.time() - t))
 
   t = _stage(f"2/7 Training ({FLAGS.flagfile_path}; resumes from the last checkpoint)")

@@ -134,7 +134,8 @@ def checkpoints_to_average(steps: Sequence[int], fraction: float, limit: int) ->
 STOP_REASONS = {"train_seconds": "its time budget was used up",
                 "train_steps": "it reached --train_steps",
                 "signal": "it was interrupted",
-                "diverged": "it diverged"}
+                "diverged": "it diverged",
+                "early_stopping": "its dev metric stopped improving (early stopping)"}
 
 
 def format_summary(stages: Sequence[Stage], budget_s: float, steps: Optional[int],

@@ -32,6 +32,14 @@ common_flags.define_experiment_flags([name for name in common_flags.EXPERIMENT_F
                                       if name not in ("checkpoint_path", "decode_to_file")])
 
 flags.DEFINE_integer("log_every_steps", 100, "Progress line every N steps (or 30 s).")
+flags.DEFINE_string("warm_start_from", None,
+                    "Start a new run from these weights (T2T's flag): a run directory, a "
+                    "checkpoint prefix, or a T2T checkpoint (its output_dir or model.ckpt-N). "
+                    "Step 0 and a fresh optimizer; ignored once --output_dir has checkpoints.")
+flags.DEFINE_enum("warm_start_vocab", None, ["check", "map"],
+                  "check (default): --warm_start_from must have the vocabulary of --data_dir; "
+                  "map: copy the rows of the tokens both vocabularies hold, new tokens "
+                  "initialized as T2T's embeddings.")
 
 
 def main(argv):
@@ -43,7 +51,7 @@ def main(argv):
 
 def _check_and_train(signals: stopping.StopSignals):
   """Checks the flags and input files, then trains (`training.runner.train`)."""
-  common_flags.resolve_path_flags("data_dir", "output_dir")
+  common_flags.resolve_path_flags("data_dir", "output_dir", "warm_start_from")
   # Resuming, --problem, --hparams_set and --data_dir default to the run's (runner
   # checks them; a gfile URL is checked there too).
   resuming = FLAGS.output_dir and ("://" in FLAGS.output_dir or os.path.exists(
@@ -72,6 +80,15 @@ def _check_and_train(signals: stopping.StopSignals):
       decode_hparams=FLAGS.decode_hparams, eval_bleu=FLAGS.eval_bleu,
       eval_bleu_max_lines=FLAGS.eval_bleu_max_lines, decode_from_file=FLAGS.decode_from_file,
       decode_reference=FLAGS.decode_reference, t2t_usr_dir=FLAGS.t2t_usr_dir,
+      warm_start_from=FLAGS.warm_start_from, warm_start_vocab=FLAGS.warm_start_vocab,
+      eval_early_stopping_steps=FLAGS.eval_early_stopping_steps,
+      eval_early_stopping_metric=FLAGS.eval_early_stopping_metric,
+      eval_early_stopping_metric_delta=FLAGS.eval_early_stopping_metric_delta,
+      # unset: as the metric says (T2T's default True would minimize BLEU)
+      eval_early_stopping_metric_minimize=(FLAGS.eval_early_stopping_metric_minimize if
+                                           FLAGS["eval_early_stopping_metric_minimize"].present
+                                           else None),
+      keep_best_checkpoints=FLAGS.keep_best_checkpoints,
       stop_signals=signals,
       # after tf.data's malloc setting, made in the first step
       after_first_step=process.keep_freed_memory, summary=summary)

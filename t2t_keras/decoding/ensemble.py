@@ -140,7 +140,8 @@ def check_same_vocabulary(names: Sequence[str], encoders: Sequence[Dict]) -> Non
     ValueError: one line naming the side, both members and their sizes.
   """
   def subwords(encoder):
-    return list(getattr(encoder, "all_subtoken_strings", None) or
+    return list(getattr(encoder, "all_subtoken_strings", None) or  # subwords
+                getattr(encoder, "pieces", None) or  # SentencePiece's
                 [encoder.decode([i]) for i in range(encoder.vocab_size)])
 
   for side in ("targets", "inputs"):

@@ -18,7 +18,7 @@ requests in `assets.extra/tf_serving_warmup_requests`, traced in
 Both are `LanguageModelRun.sample` and `score` (and `t2t_keras_decoder` on a
 language model) in-graph: prompts take T2T's space after final punctuation
 (`lm.t2t_prompt`) and are not stripped; texts scored are stripped
-(`normalize_input`); the subword encoder is `GraphSubwordEncoder`, the search
+(`normalize_input`); the encoder is `graph_encoder`'s (subword or SentencePiece), the search
 `lm.continue_ids`. A request is one batch: sampling draws depend on the batch,
 so a request gives the decoder's samples for the same lines decoded in one
 batch (at most its batch_size lines, in the same order). With max_input_size > 0
@@ -35,7 +35,8 @@ from typing import Dict
 
 import tensorflow as tf
 
-from data_gen.graph_text_encoder import GraphSubwordEncoder, is_valid_utf8
+from data_gen.graph_sentencepiece_encoder import graph_encoder
+from data_gen.graph_text_encoder import is_valid_utf8
 from data_gen.text_encoder import EOS_ID, PAD_ID
 from t2t_keras import perf
 from t2t_keras.decoding import lm, text_rules
@@ -63,7 +64,7 @@ class LanguageModelServing(tf.Module):
     model: a built `TransformerLM` with restored weights.
     decode_hp: the decode hparams baked in (`lm.ContinueSettings.from_decode_hparams`;
       max_input_size).
-    vocab_file: the `.subwords` vocabulary of its targets.
+    vocab_file: the vocabulary of its targets (`.subwords` or SentencePiece `.spm.model`).
     seed: the stateless sampling seed (an int or a pair, `lm.seed_pair`).
   """
 
@@ -80,7 +81,7 @@ class LanguageModelServing(tf.Module):
     # TF1 Session, restores only these (as saved_model.ServingModule keeps them).
     self.model_variables = [v.value for v in model.variables]
     self._model_fn = lambda: model  # a closure, so the Keras model is not tracked
-    self.encoder = GraphSubwordEncoder(vocab_file)
+    self.encoder = graph_encoder(vocab_file)
     spec = [tf.TensorSpec(None, tf.string, name=INPUT_KEY)]
     self.serve_text = tf.function(self._serve_text, input_signature=spec)
     self.serve_score = tf.function(self._serve_score, input_signature=spec)

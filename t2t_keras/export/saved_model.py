@@ -7,7 +7,8 @@ and renamed, so a poller never sees half a model) with these signatures:
   * `serving_default`: `inputs` tf.string `[batch]` raw sentences -> `outputs`
     tf.string `[batch]` (`[batch, beams]` with return_beams) and `scores`
     float32 `[batch]` (`[batch, beams]`). Tokenization and detokenization run
-    in the graph (`GraphSubwordEncoder`: TF core + TF-Text ops only).
+    in the graph (`GraphSubwordEncoder`, or `GraphSentencePieceEncoder` for a
+    SentencePiece vocabulary, its model embedded: TF core + TF-Text ops only).
   * `serialized_example` (T2T's `serving_input_fn`): `input` tf.string
     `[batch]` serialized `tf.train.Example`s with int64 `inputs` ids (EOS
     appended by the client) -> `outputs` int32 `[batch, length]`
@@ -62,7 +63,8 @@ from typing import Dict, List, Optional, Sequence
 import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-from data_gen import file_io, text_encoder
+from data_gen import file_io, sentencepiece_encoder
+from data_gen.graph_sentencepiece_encoder import graph_encoder
 from data_gen.graph_text_encoder import GraphSubwordEncoder, is_valid_utf8
 from data_gen.text_encoder import EOS_ID, PAD_ID
 from t2t_keras import errors, perf
@@ -115,6 +117,8 @@ def _mask_empty(ids: tf.Tensor, scores: tf.Tensor, empty: tf.Tensor):
 def ids_to_text(encoder: GraphSubwordEncoder, ids: tf.Tensor) -> tf.Tensor:
   """int32 `[batch, length]` -> tf.string `[batch]`, cut at EOS, PAD dropped.
 
+  `encoder`: a `GraphSubwordEncoder` or a `GraphSentencePieceEncoder` (`graph_encoder`).
+
   As `TextDecoder` (`decoding.strip_ids`): every PAD a model emits is dropped,
   not only the trailing ones.
   """
@@ -139,7 +143,8 @@ class ServingModule(tf.Module):
     hparams: its HParams (input length needs none of them: `text_rules.input_cap`).
     decode_hp: beam_size, alpha, extra_length, return_beams, max_input_size are
       baked into the graph (alpha, extra_length, n_best as `beam_<K>` defaults).
-    vocab_files: {"inputs": path, "targets": path} of T2T `.subwords` files.
+    vocab_files: {"inputs": path, "targets": path} of T2T `.subwords` files or
+      SentencePiece models (`.spm.model`).
     beam_sizes: the beam sizes of the `beam_<K>` signatures (default:
       decode_hp.beam_size).
   """
@@ -160,11 +165,11 @@ class ServingModule(tf.Module):
     self._model_fn = lambda: model  # a closure, so the Keras model is not tracked
     self.decode_hp = decode_hp
     self.cap = text_rules.input_cap(decode_hp)
-    self.input_encoder = GraphSubwordEncoder(vocab_files["inputs"])
+    self.input_encoder = graph_encoder(vocab_files["inputs"])
     if os.path.abspath(vocab_files["targets"]) == os.path.abspath(vocab_files["inputs"]):
       self.target_encoder = self.input_encoder
     else:
-      self.target_encoder = GraphSubwordEncoder(vocab_files["targets"])
+      self.target_encoder = graph_encoder(vocab_files["targets"])
     # One traced decoder shared by both signatures: beam search is traced once.
     self.decode_padded = tf.function(
         self._decode, input_signature=[tf.TensorSpec([None, None], tf.int32),
@@ -434,7 +439,7 @@ def export_saved_model(model: Transformer, hparams: HParams, decode_hp: DecodeHP
       partial export is removed and no version appears.
   """
   if encoders is None:
-    encoders = {s: text_encoder.SubwordTextEncoder(vocab_files[s])
+    encoders = {s: sentencepiece_encoder.load_vocab(vocab_files[s])
                 for s in ("inputs", "targets")}
   module = ServingModule(model, hparams, decode_hp, vocab_files, beam_sizes)
   os.makedirs(export_dir, exist_ok=True)

@@ -12,6 +12,11 @@ A run directory (`t2t_keras_trainer --output_dir`) holds
   tmp_worker_<N>/         a non-chief worker's own checkpoints and logs
   .trainer.lock           one trainer at a time (`lock.py`)
   t2t_import.json, trainer_flags.txt   a run imported from T2T (`t2t_import/importer.py`)
+  best/                   the best checkpoints by a dev metric (`--keep_best_checkpoints`):
+                          ckpt-<N>.* copies, best.json (step and value of each) and a
+                          `checkpoint` state file naming the best (`best.py`)
+  evaluations.json        the dev metrics of each evaluation while early stopping or
+                          keeping the best (`training/early_stopping.py`)
   averaged/               averaged checkpoints (`t2t_keras_avg_checkpoints`):
                           from-step-<N>/averaged.ckpt averages checkpoints up to step N
   export/<version>/       SavedModels for TF Serving (`t2t_keras_exporter`)
@@ -30,6 +35,7 @@ import os
 
 HPARAMS_FILE = "hparams.json"
 RUN_FILE = "run.json"
+BEST_INDEX = "best.json"  # in best/: the kept checkpoints, their steps and metric values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +93,16 @@ class RunDir:
   def trainer_flags(self) -> str:
     """trainer_flags.txt of an imported run: for t2t_keras_trainer --flagfile."""
     return self._join("trainer_flags.txt")
+
+  @property
+  def best_dir(self) -> str:
+    """The best checkpoints by a dev metric, apart from the rotating newest ones."""
+    return self._join("best")
+
+  @property
+  def evaluations_file(self) -> str:
+    """evaluations.json: each evaluation's step and metrics, kept across resumes."""
+    return self._join("evaluations.json")
 
   @property
   def averaged_dir(self) -> str:

@@ -15,6 +15,7 @@ from t2t_keras import checkpoints
 from t2t_keras.hparams import HParams
 from t2t_keras.lm_model import build_language_model
 from t2t_keras.model import Transformer
+from t2t_keras.rundir import best
 from t2t_keras.rundir.settings import ModelSpec, load_run_files
 
 MODEL_NAME = "transformer"  # the Keras name of the model: the first part of its variable paths
@@ -51,7 +52,7 @@ def _checkpoint_to_load(output_dir: str, checkpoint_path: Optional[str],
     except checkpoints.CheckpointError as e:
       raise type(e)(f"Checkpoint {path} is not usable: {e}.") from None
     return path
-  path, damaged = checkpoints.newest_loadable(directory)
+  path, damaged = best.loadable(directory)  # a best/ directory: its best checkpoint
   if path is None:
     detail = f" ({checkpoints.describe(damaged)})" if damaged else ""
     raise checkpoints.CheckpointError(
@@ -70,7 +71,7 @@ def load_trained_model(output_dir: str, checkpoint_path: Optional[str] = None,
   Args:
     output_dir: the training run directory.
     checkpoint_path: a checkpoint prefix (e.g. an averaged one) or a directory of
-      checkpoints; default: the newest loadable checkpoint of `output_dir` whose
+      checkpoints (its newest; a run's best/: the best, `best.py`); default: the newest loadable checkpoint of `output_dir` whose
       weights are finite.
     log: receives a warning when newer checkpoints were skipped as damaged or
       non-finite.

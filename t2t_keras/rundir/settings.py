@@ -7,7 +7,8 @@ resume: `problem` and the `ModelSpec` fields (`input_vocab_size`,
 when inputs and targets share it) its name, the features using it, size and
 SHA-256; `hparams_set` and `hparams`: the set and overrides the run started with
 (a resume given neither takes the run's); and the last training's status, written
-when it stops: `start_step`, `stop_reason` (one of STOP_REASONS), `stop_step`.
+when it stops: `start_step`, `stop_reason` (one of STOP_REASONS), `stop_step`; and
+`warm_start_from` for a run begun from other weights (WARM_START_KEY).
 Where each file of a run directory is: `files.RunDir`.
 
 Trainer, decoder, exporter, averager, visualizer and the T2T importer read and
@@ -46,7 +47,10 @@ OVERRIDES_KEY = "hparams"
 RECIPE_KEYS = (HPARAMS_SET_KEY, OVERRIDES_KEY)
 # run.json entries that change from one training invocation to the next.
 STATUS_KEYS = ("start_step", "stop_reason", "stop_step", DATA_DIR_KEY)
-STOP_REASONS = ("train_steps", "train_seconds", "signal", "diverged")
+# run.json: where a warm-started run's first weights came from (`training/warm_start.py`):
+# {"path", "checkpoint", "kind", "step", "vocab"}; kept as it is when the run resumes.
+WARM_START_KEY = "warm_start_from"
+STOP_REASONS = ("train_steps", "train_seconds", "signal", "diverged", "early_stopping")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +109,7 @@ def save_or_check_run_files(output_dir: str, hparams: HParams, problem_name: str
   recipe = {HPARAMS_SET_KEY: hparams_set, OVERRIDES_KEY: overrides or ""} if hparams_set else {}
   if tf.io.gfile.exists(run_path):
     old_run = _read_json(run_path)
-    status = {k: old_run.pop(k) for k in STATUS_KEYS if k in old_run}
+    status = {k: old_run.pop(k) for k in STATUS_KEYS + (WARM_START_KEY,) if k in old_run}
     old_recipe = {k: old_run.pop(k) for k in RECIPE_KEYS if k in old_run}
     recipe = old_recipe if HPARAMS_SET_KEY in old_recipe else recipe
     old_vocab = old_run.pop(VOCAB_KEY, None)
@@ -226,7 +230,9 @@ def _sha256(path: str) -> str:
 
 def vocab_record(problem, data_dir: str, encoders: Optional[Dict] = None) -> List[dict]:
   """run.json's `vocab`: per vocab file of `problem` in `data_dir` (sorted by name),
-  {"file": name, "features": ["inputs", ...], "size": ids, "sha256": hex digest}.
+  {"file": name, "features": ["inputs", ...], "size": ids, "sha256": hex digest}, and
+  "type": "sentencepiece" for a SentencePiece model (a subword entry has no "type", as
+  before SentencePiece, so that runs recorded then resume).
 
   Args:
     problem: a `Text2TextProblem` (its `vocab_filenames` and `feature_encoders`).
@@ -241,6 +247,8 @@ def vocab_record(problem, data_dir: str, encoders: Optional[Dict] = None) -> Lis
     if name not in by_file:
       by_file[name] = {"file": name, "features": [], "size": encoders[side].vocab_size,
                        "sha256": _sha256(os.path.join(data_dir, name))}
+      if getattr(problem, "vocab_type", "subword") != "subword":
+        by_file[name]["type"] = problem.vocab_type
     by_file[name]["features"].append(side)
   return [by_file[name] for name in sorted(by_file)]
 
@@ -328,6 +336,14 @@ def record_stop(output_dir: str, reason: str, start_step: int, step: int) -> Non
   run_path = _path(output_dir, RUN_FILE)
   run = _read_json(run_path) if tf.io.gfile.exists(run_path) else {}
   run.update(start_step=start_step, stop_reason=reason, stop_step=step)
+  _write_json(run_path, run)
+
+
+def record_warm_start(output_dir: str, source: dict) -> None:
+  """Records in run.json the source of a warm-started run's first weights (WARM_START_KEY)."""
+  run_path = _path(output_dir, RUN_FILE)
+  run = _read_json(run_path) if tf.io.gfile.exists(run_path) else {}
+  run[WARM_START_KEY] = source
   _write_json(run_path, run)
 
 

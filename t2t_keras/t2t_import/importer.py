@@ -8,8 +8,8 @@ names (`transformer/body/encoder/layer_0/self_attention/multihead_attention/q/ke
 
 `hparams_from_t2t` (in `t2t_hparams`) maps hparams.json onto `HParams`,
 refusing by name and value what we do not implement.
-`load_t2t_weights` assigns every checkpoint variable to the Keras model built
-from those hparams (concatenating the symbol-modality row shards), ignoring
+`load_t2t_weights` (in `t2t_keras.t2t_weights`, which training's warm start uses
+too) assigns every checkpoint variable to the Keras model built from those hparams (concatenating the symbol-modality row shards), ignoring
 only optimizer slots and T2T's bookkeeping, and fails listing every missing or
 unexpected name; `load_t2t_adam_state` assigns T2T's Adam moments to our Adam.
 `import_t2t_run` writes a complete run directory (hparams.json, run.json,
@@ -43,8 +43,7 @@ from t2t_keras.rundir.files import RunDir
 from t2t_keras.t2t_import.optimizer_state import load_t2t_adafactor_state, load_t2t_adam_state
 from t2t_keras.t2t_import.t2t_hparams import (T2T_INERT_HPARAMS, T2T_REQUIRED_VALUES,
                                               hparams_from_t2t, overrides_for, read_t2t_flags)
-from t2t_keras.t2t_import.variable_names import (MODALITY_RE, body_variable_map,
-                                                 is_ignored_variable, modality_roles)
+from t2t_keras.t2t_weights import checkpoint_has_inputs, load_t2t_weights
 from t2t_keras.training.trainer import Trainer
 
 # The registered problem a T2T language-model run imports as when T2T's problem
@@ -65,73 +64,6 @@ T2T_NON_SUBWORD_LM_PROBLEMS: Dict[str, str] = {
 }
 
 
-def load_t2t_weights(model, checkpoint_path: str) -> Dict[str, Any]:
-  """Assigns a T2T checkpoint's weights to a built `Transformer` or `TransformerLM`.
-
-  Returns:
-    {"global_step": int, "assigned": number of T2T variables read}.
-  Raises:
-    ValueError: in one line, listing the T2T names the model needs that the
-      checkpoint lacks, the checkpoint's names the model has no place for, and
-      shape mismatches (nothing is assigned then).
-  """
-  reader = tf.train.load_checkpoint(checkpoint_path)
-  shapes = reader.get_variable_to_shape_map()
-  expected = body_variable_map(model)
-  roles = modality_roles(model)
-  shards: Dict[str, Dict[int, str]] = {role: {} for role in roles}
-  unexpected, mismatched, missing = [], [], []
-  for name in sorted(shapes):
-    if is_ignored_variable(name) or name in expected:
-      continue
-    match = MODALITY_RE.match(name)
-    if match and match.group(3) in roles:
-      shards[match.group(3)][int(match.group(4))] = name
-    else:
-      unexpected.append(name)
-  missing += sorted(n for n in expected if n not in shapes)
-  assignments: List[Tuple[Any, np.ndarray]] = []
-  for name, variable in expected.items():
-    if name not in shapes:
-      continue
-    if list(shapes[name]) != list(variable.shape):
-      mismatched.append(f"{name} ({list(shapes[name])} in the checkpoint, "
-                        f"{list(variable.shape)} in the model)")
-      continue
-    assignments.append((variable, reader.get_tensor(name)))
-  count = len(assignments)
-  for role, modality in roles.items():
-    found = shards[role]
-    if not found:
-      vocab, hidden = modality.weights_var.shape
-      missing.append(f"transformer/symbol_modality_{vocab}_{hidden}/{role}/weights_<i>")
-      continue
-    indices = sorted(found)
-    scope = found[indices[0]].rsplit("/", 1)[0]
-    if indices != list(range(len(indices))):
-      missing += [f"{scope}/weights_{i}" for i in range(max(indices)) if i not in found]
-      continue
-    table = np.concatenate([reader.get_tensor(found[i]) for i in indices], axis=0)
-    if list(table.shape) != list(modality.weights_var.shape):
-      mismatched.append(f"{scope}/weights_0..{len(indices) - 1} "
-                        f"concatenated ({list(table.shape)} in the checkpoint, "
-                        f"{list(modality.weights_var.shape)} in the model)")
-      continue
-    assignments.append((modality.weights_var, table))
-    count += len(indices)
-  problems = [f"{what}: {', '.join(names)}" for what, names in (
-      ("missing from the checkpoint", missing),
-      ("in the checkpoint but not in the model", unexpected),
-      ("shape mismatches", mismatched)) if names]
-  if problems:
-    raise ValueError(f"T2T checkpoint {checkpoint_path} does not match the model built from "
-                     f"its hparams ({'; '.join(problems)}); check hparams.json and --hparams.")
-  for variable, value in assignments:
-    variable.assign(value.astype(np.float32))
-  step = int(reader.get_tensor("global_step")) if "global_step" in shapes else 0
-  return {"global_step": step, "assigned": count}
-
-
 def trained_target_spaces(checkpoint_path: str) -> List[int]:
   """Rows of `target_space_embedding` that T2T's Adam updated (non-zero first moment).
 
@@ -143,18 +75,6 @@ def trained_target_spaces(checkpoint_path: str) -> List[int]:
     if name.endswith("target_space_embedding/kernel/Adam"):
       return [int(i) for i in np.flatnonzero(np.abs(reader.get_tensor(name)).sum(axis=1))]
   return []
-
-
-def checkpoint_has_inputs(checkpoint_path: str) -> bool:
-  """Whether T2T built the checkpoint's model for a problem with inputs.
-
-  T2T's `Transformer.body` creates the encoder stack (`transformer/body/encoder/`)
-  and each decoder layer's `encdec_attention` only when the problem has
-  inputs; a language model's checkpoint holds neither.
-  """
-  names = tf.train.load_checkpoint(checkpoint_path).get_variable_to_shape_map()
-  return any(n.startswith("transformer/body/encoder/") or "/encdec_attention/" in n
-             for n in names)
 
 
 # ---------------------------------------------------------------------------

@@ -31,8 +31,10 @@ from t2t_keras.rundir import lock, settings as settings_lib
 from t2t_keras.scoring import bleu
 from t2t_keras.lm_run import LanguageModelRun
 from t2t_keras.trained_run import TrainedRun
-from t2t_keras.training import (TRAINING_SCHEDULES, bleu_hook, inputs as inputs_lib,
-                                optimization, schedules, trainer as trainer_lib)
+from t2t_keras.training import warm_start
+from t2t_keras.training import (TRAINING_SCHEDULES, bleu_hook, early_stopping,
+                                inputs as inputs_lib, optimization, schedules,
+                                trainer as trainer_lib)
 
 
 def train(problem: Optional[str] = None, hparams_set: Optional[str] = None,
@@ -47,7 +49,13 @@ def train(problem: Optional[str] = None, hparams_set: Optional[str] = None,
           decode_hparams: str = "",
           eval_bleu: bool = False, eval_bleu_max_lines: int = 200,
           decode_from_file: Optional[str] = None, decode_reference: Optional[str] = None,
-          t2t_usr_dir: Optional[str] = None, stop_signals=None,
+          warm_start_from: Optional[str] = None, warm_start_vocab: Optional[str] = None,
+          t2t_usr_dir: Optional[str] = None,
+          eval_early_stopping_steps: Optional[int] = None,
+          eval_early_stopping_metric: str = "loss",
+          eval_early_stopping_metric_delta: float = 0.1,
+          eval_early_stopping_metric_minimize: Optional[bool] = None,
+          keep_best_checkpoints: int = 0, stop_signals=None,
           after_first_step: Optional[Callable[[], None]] = None,
           log: Callable[[str], None] = lambda line: print(line, flush=True),
           summary: Optional[Dict] = None) -> Union[TrainedRun, LanguageModelRun, None]:
@@ -63,6 +71,14 @@ def train(problem: Optional[str] = None, hparams_set: Optional[str] = None,
     mixed_precision: "none", "bfloat16" or "float16"; None: hparams.activation_dtype's.
     allow_tf32: TensorFloat-32 in float32 on GPUs that have it; None: TensorFlow's
       default (on); False: exact float32, as T2T (`precision.set_tf32`).
+    eval_early_stopping_steps, eval_early_stopping_metric, ..._delta, ..._minimize,
+      keep_best_checkpoints: early stopping on a dev metric (T2T's plateau rule) and
+      the best checkpoints by it in `output_dir/best/` (`early_stopping.py`);
+      `..._minimize` None: as the metric says (larger is better for BLEU, accuracy).
+    warm_start_from: a run directory, checkpoint prefix or T2T checkpoint whose weights a
+      new run starts from (step 0, fresh optimizer; `warm_start.py`); not applied when
+      `output_dir` holds checkpoints. warm_start_vocab: "map" takes another vocabulary
+      (shared tokens' rows copied); None or "check": the same one is required.
     stop_signals: a `stopping.StopSignals` whose SIGTERM / Ctrl-C stop training with
       a checkpoint saved; None: none are caught.
     after_first_step: called once, after the first training step (the trainer
@@ -126,10 +142,21 @@ def train(problem: Optional[str] = None, hparams_set: Optional[str] = None,
     # A *_packed problem's rows: refuses what packing does not implement (prepend_mode).
     inputs_lib.packed_row_length(hp, "train", getattr(prob, "packed_length", None))
     bleu_files = _bleu_files(prob, data_dir, eval_bleu, decode_from_file, decode_reference)
+    paper = bleu.paper_language(prob.target_lang) if bleu_files else None
+    stopping = early_stopping.check_settings(
+        eval_early_stopping_steps, eval_early_stopping_metric, eval_early_stopping_metric_delta,
+        eval_early_stopping_metric_minimize, keep_best_checkpoints, problem=prob.name,
+        schedule=schedule, output_dir=output_dir, start_over=start_over,
+        hook_metrics=("bleu", "bleu_tokenized") if paper else ("bleu",) if bleu_files else (),
+        has_dev=bool(tf.io.gfile.glob(prob.filepattern(data_dir, "dev"))))
+    spec = settings_lib.ModelSpec(encoders["inputs"].vocab_size,
+                                  encoders["targets"].vocab_size, prob.target_space_id, has_inputs)
+    # A new run's first weights from another model (T2T's --warm_start_from), read now.
+    warm = warm_start.prepare(warm_start_from, warm_start_vocab, output_dir,
+                              schedule in TRAINING_SCHEDULES, start_over, hp, spec, prob,
+                              data_dir, encoders, log)
   except ValueError as e:
     raise errors.ConfigError(str(e)) from None
-  spec = settings_lib.ModelSpec(encoders["inputs"].vocab_size, encoders["targets"].vocab_size,
-                           prob.target_space_id, has_inputs)
   chief = schedules.is_chief(strategy)
   with _run_dir_lock(output_dir, schedule, chief, log):  # before anything is written
     trainer = trainer_lib.Trainer(hp, spec, strategy, train_steps, jit_compile,
@@ -148,6 +175,11 @@ def train(problem: Optional[str] = None, hparams_set: Optional[str] = None,
                                       overrides=settings.overrides)
     except ValueError as e:  # another run's hparams or problem in output_dir
       raise errors.ConfigError(str(e)) from None
+    if warm is not None:
+      warm_start.apply(warm, trainer.model)
+      if chief:
+        settings_lib.record_warm_start(output_dir, warm.record())
+      log(warm.describe())
     eval_pattern = prob.filepattern(data_dir, "dev")
     if not tf.io.gfile.glob(eval_pattern):
       eval_pattern = None
@@ -162,7 +194,9 @@ def train(problem: Optional[str] = None, hparams_set: Optional[str] = None,
                                 eval_pattern, log=log, eval_hook=eval_hook,
                                 stop_signals=stop_signals,
                                 after_first_step=after_first_step,
-                                packed_length=getattr(prob, "packed_length", None))
+                                packed_length=getattr(prob, "packed_length", None),
+                                tracker=stopping and early_stopping.MetricTracker(
+                                    stopping, output_dir, chief, log))
     result = run.run(schedule)
   if summary is not None:
     summary.update(result, step=trainer.step)

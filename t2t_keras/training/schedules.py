@@ -24,7 +24,8 @@ each checkpoint, whose model weights are not; nothing is saved then, so every
 checkpoint a run writes is finite (a resume skips non-finite ones written
 before, like damaged ones). Otherwise training stops at `train_steps`, after
 `train_seconds` of training wall time
-(a resumed run gets a fresh budget) or on a stop request (SIGTERM, Ctrl-C);
+(a resumed run gets a fresh budget), when the dev metric has plateaued
+(`early_stopping.py`, which also keeps best/) or on a stop request (SIGTERM, Ctrl-C);
 each stop saves a checkpoint (a signal with no step unsaved exits at once,
 see `stopping.py`), and `run.json` records `start_step`,
 `stop_reason` and `stop_step`. Under MultiWorkerMirroredStrategy the stop decision is all-reduced
@@ -100,6 +101,8 @@ class Experiment:
     packed_length: the problem's `packed_length` (its `*_packed` twin): batches of
       rows packing several examples each (`inputs.make_dataset`); None: as
       `hparams.pack_dataset` says.
+    tracker: optional `early_stopping.MetricTracker`: after each evaluation of
+      training it keeps best/ and may stop the run ("early_stopping").
   """
 
   _last_finite: Optional[str] = None  # the newest checkpoint restored or saved (all finite)
@@ -109,8 +112,9 @@ class Experiment:
                eval_hook: Optional[Callable[[int], Dict[str, float]]] = None,
                stop_signals=None, clock: Callable[[], float] = time.monotonic,
                after_first_step: Optional[Callable[[], None]] = None,
-               packed_length: Optional[int] = None):
+               packed_length: Optional[int] = None, tracker=None):
     self.trainer = trainer
+    self.tracker = tracker
     self.packed_length = packed_length
     self.config = config
     self.train_pattern = train_pattern
@@ -284,6 +288,8 @@ class Experiment:
     if eval_every:
       self._check_data(self.eval_pattern, "eval")
     step = self.restore(repair=True)
+    if self.tracker is not None:
+      self.tracker.start(step, cfg.start_over)
     if step >= cfg.train_steps:
       self.log(f"Step {step} >= --train_steps={cfg.train_steps}: nothing to train.")
       return {}
@@ -311,16 +317,22 @@ class Experiment:
         self._mark_unsaved(False)
         self._last_finite = self.paths.checkpoint(step)
         if eval_every and reason != "signal":  # a signalled job may have seconds left
-          self.evaluate()
+          results = self.evaluate()
+          if self.tracker is not None:  # every worker takes the same decision
+            stop = self.tracker.update(step, results, self.paths.checkpoint(step))
+            reason = reason or ("early_stopping" if self.trainer.any_worker(stop)[0] else "")
     if self.is_chief:
       settings.record_stop(cfg.output_dir, reason, start_step, step)
     wall = time.time() - start_time
     summary = {"steps": step - start_step, "tokens": tokens, "wall_time_s": wall,
                "final_loss": last.get("loss", float("nan")), "stop_reason": reason}
     flops = summary["flops"] = self.trainer.flops_seen
+    if self.tracker is not None:
+      summary["best"] = self.tracker.summary()
     why = {"train_steps": f"--train_steps={cfg.train_steps} reached",
            "train_seconds": f"--train_seconds={cfg.train_seconds:g} used up",
-           "signal": f"stop requested by {getattr(self.stop_signals, 'name', '') or 'a signal'}"}
+           "signal": f"stop requested by {getattr(self.stop_signals, 'name', '') or 'a signal'}",
+           "early_stopping": self.tracker and self.tracker.stop_description()}
     self.log(f"Stopped at step {step} ({why[reason]}). Trained {summary['steps']} steps, "
              f"{tokens:,.0f} tokens (source + target, non-pad) in {_hms(wall)}; final loss "
              f"{summary['final_loss']:.4f}; estimated training FLOPs {flops:.3e} (matmuls of "

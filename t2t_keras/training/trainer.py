@@ -259,7 +259,9 @@ class Trainer:
     def replica_fn(batch):
       logits = self.model(batch, training=False)  # dropout off; loss unsmoothed
       weights = losses.target_weights(batch["targets"], self.hparams.prepend_mode, False)
-      return metrics.metric_sums(logits, batch["targets"], weights)
+      # Packed rows: approx_bleu's n-grams stay within one example.
+      return metrics.metric_sums(logits, batch["targets"], weights,
+                                 batch.get("targets_segmentation"))
 
     def eval_fn(batch):
       sums = self.strategy.run(replica_fn, args=(batch,))
