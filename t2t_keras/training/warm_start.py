@@ -125,8 +125,13 @@ def prepare(source: Optional[str], vocab_mode: Optional[str], output_dir: str,
       if kind == "t2t":
         source_model, step = _read_t2t(prefix, hparams, spec)
       else:
-        source_model, _, _, _, _ = model_factory.load_trained_model(run_dir, prefix)
+        source_model, _, _, source_spec, _ = model_factory.load_trained_model(run_dir, prefix)
         step = _our_step(prefix)
+        if source_spec.target_space_id != spec.target_space_id:
+          # As in T2T the embedding is copied whole and indexed by the new problem's id.
+          log(f"--warm_start_from={source}: its problem's target_space_id is "
+              f"{source_spec.target_space_id} and this problem's {spec.target_space_id}; "
+              "the decoder starts from that other row of the target-space embedding.")
   except checkpoints.CheckpointError as e:
     raise ValueError(f"--warm_start_from={source}: {e}") from None
   new = {side: os.path.join(data_dir, problem.vocab_filenames[side]) for side in old}

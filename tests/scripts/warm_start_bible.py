@@ -103,20 +103,32 @@ def main():
   keras.utils.set_random_seed(args.seed)
   batch = next(iter(inputs.make_dataset(os.path.join(data_dir, f"{PROBLEM}-train*"), hp,
                                         "train", seed=args.seed, deterministic=True)))
-  # The old run's weights in the new run's model (its hparams: dropout off).
-  _, _, _, spec, checkpoint = model_factory.load_trained_model(args.old_run)
-  old_model = model_factory.build_model(hp, spec)
-  tf.train.Checkpoint(model=old_model).read(checkpoint).expect_partial()
-  print(f"old weights: {checkpoint}")
+  # The old run's weights in a model of the new run's spec (its hparams: dropout off).
+  # The spec matters: the target-space embedding row is the problem's target_space_id
+  # (the demo's problem: 8, DE_TOK; translate_from_files: 0), so the old run's own
+  # loss on this batch (its space id) is printed beside, and is not expected to be equal.
+  _, _, _, old_spec, checkpoint = model_factory.load_trained_model(args.old_run)
+  _, _, _, new_spec, _ = model_factory.load_trained_model(run)
   weights = losses.target_weights(batch["targets"], hp.prepend_mode, True)
-  num, _ = losses.padded_cross_entropy(old_model(batch, training=True), batch["targets"],
-                                       hp.label_smoothing, weights)
-  old_loss = float(num / tf.maximum(tf.reduce_sum(weights), 1.0))
+
+  def loss_of(spec) -> float:
+    model = model_factory.build_model(hp, spec)
+    tf.train.Checkpoint(model=model).read(checkpoint).expect_partial()
+    num, _ = losses.padded_cross_entropy(model(batch, training=True), batch["targets"],
+                                         hp.label_smoothing, weights)
+    return float(num / tf.maximum(tf.reduce_sum(weights), 1.0))
+
+  old_loss = loss_of(new_spec)
+  print(f"old weights: {checkpoint}")
+  if old_spec.target_space_id != new_spec.target_space_id:
+    print(f"the old run's loss on that batch with its own target_space_id "
+          f"{old_spec.target_space_id}: {loss_of(old_spec):.7f} (the new problem's is "
+          f"{new_spec.target_space_id}: another row of the target-space embedding)")
   new_loss = first["final_loss"]
   record = json.load(open(os.path.join(run, "run.json"), encoding="utf-8"))["warm_start_from"]
   print(f"warm start recorded in {run}/run.json: {record}")
   print(f"new run's first training loss: {new_loss:.7f}")
-  print(f"old run's loss on that batch:  {old_loss:.7f}")
+  print(f"old weights' loss on that batch: {old_loss:.7f}")
   same = abs(new_loss - old_loss) <= 1e-5 * abs(old_loss)
   print("equal (within 1e-5 relative)" if same else "DIFFERENT")
   sys.exit(0 if same else 1)
